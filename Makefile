@@ -1,0 +1,57 @@
+# chainermn-rt: every target works from a fresh Debian 12 machine as root.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+RT      := $(VENV)/bin/chainermn-rt
+WHEELS  := build/wheels
+FLAVOR  ?= cpu
+# Debian packages the bundle uses on the build/login host.
+DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
+	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client \
+	iproute2 numactl hwloc-nox shellcheck \
+	docker.io charliecloud debootstrap
+
+.PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
+	recipes image base sif sqfs clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+setup: apt venv  ## install Debian packages and the .venv (idempotent)
+
+apt:  ## install the Debian packages (as root; skipped when all are present)
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+venv: $(VENV)/.installed  ## the virtual environment with chainermn-rt, the patched chainer and test tools
+
+$(VENV)/.installed: pyproject.toml chainermn_rt/compat/chainer_fixes.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip==26.3
+	$(PY) -m chainermn_rt.compat.build_chainer --out $(WHEELS)
+	$(PY) -m pip install -q --find-links $(WHEELS) -e '.[test]'
+	touch $@
+
+test: setup  ## run the whole test suite (real MPI, Slurm sandbox, Docker, Charliecloud)
+	$(VENV)/bin/pytest -ra
+
+test-fast: venv  ## tests that need neither the sandbox nor Docker
+	$(VENV)/bin/pytest -ra -m 'not slurm and not docker'
+
+bench: venv  ## measure the CPU communicator and weak scaling (2 ranks)
+	$(PY) bench/allreduce.py
+	$(PY) bench/weak_scaling.py
+
+lint: venv  ## ruff, shellcheck and hadolint
+	$(VENV)/bin/ruff check chainermn_rt tests examples bench containers
+	shellcheck .ci/run
+
+clean:  ## remove build outputs (not the venv)
+	rm -rf build dist *.egg-info

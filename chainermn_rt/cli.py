@@ -1,0 +1,61 @@
+"""The ``chainermn-rt`` command: parses arguments and hands them to the modules that do the work.
+
+Each sub-command lives in a module under ``chainermn_rt.commands`` exposing
+``configure(parser)`` and ``run(args) -> int``; modules are imported only when
+their command runs, so ``chainermn-rt rank`` starts fast on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from chainermn_rt.errors import UserError
+
+# name -> (module under chainermn_rt.commands, one-line help)
+COMMANDS = {
+    "site": ("site", "validate a site profile (--live: compare with the running cluster)"),
+    "render": ("render", "render an sbatch script from a site profile and a job request"),
+    "submit": ("submit", "render, submit with sbatch, optionally wait for the final state"),
+    "rank": ("rank", "per-rank step: bind GPU, CPUs and HCA, then exec the command"),
+    "sandbox": ("sandbox", "the local multi-node Slurm sandbox: up, down, status"),
+    "doctor": ("doctor", "check MPI, mpi4py, CuPy/NCCL, chainer and chainermn here or in an image"),
+    "env": ("env", "print what the launcher says about this rank (JobEnvironment)"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad arguments as one line and exit status 2 (its default too)."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="chainermn-rt", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, description=help_text)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # First pass: find the command; second: let its module add its own arguments.
+    known, _ = parser.parse_known_args(argv[:1] or argv)
+    module = importlib.import_module(f"chainermn_rt.commands.{COMMANDS[known.command][0]}")
+    sub_parser = parser._subparsers._group_actions[0].choices[known.command]  # noqa: SLF001
+    module.configure(sub_parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(module.run(args) or 0)
+    except UserError as err:
+        print(f"chainermn-rt {known.command}: error: {err}", file=sys.stderr)
+        return UserError.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of ``chainermn-rt``; see chainermn_rt/cli.py."""

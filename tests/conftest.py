@@ -1,0 +1,64 @@
+"""Shared test helpers.
+
+Real components (MPI, Slurm, Docker, Charliecloud) are never skipped: a test
+that needs one fails with a message naming what is missing. Only GPU tests skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_commands(*names: str) -> None:
+    """Fail (never skip) when a command a real-component test needs is missing."""
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        pytest.fail(f"missing on this machine: {', '.join(missing)} (run `make setup`)",
+                    pytrace=False)
+
+
+def mpirun_argv(np: int) -> list[str]:
+    """``mpirun -np N`` with the flags Open MPI needs here (root, 2 cores)."""
+    require_commands("mpirun")
+    argv = ["mpirun", "-np", str(np), "--oversubscribe"]
+    if os.geteuid() == 0:
+        argv.append("--allow-run-as-root")
+    return argv
+
+
+def run_mpi(np: int, args: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``mpirun -np N python ARGS`` for real and fail with its output when it fails."""
+    proc = subprocess.run(mpirun_argv(np) + [PYTHON, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=kwargs.pop("cwd", REPO), **kwargs)
+    if proc.returncode != 0:
+        pytest.fail(f"mpirun -np {np} {' '.join(args)} exited {proc.returncode}\n"
+                    f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}",
+                    pytrace=False)
+    return proc
+
+
+def gpu_available() -> bool:
+    try:
+        import cupy  # noqa: F401
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any failure means no usable GPU
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="no CUDA GPU with CuPy here")
+    if not gpu_available():
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip_gpu)
