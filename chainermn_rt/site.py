@@ -1,0 +1,373 @@
+"""Site profiles: the declarative facts of one cluster, parsed and validated in one place.
+
+A profile is a TOML file (see slurm/sites/*.toml and docs/site-profiles.md)::
+
+    name = "sandbox"
+    launcher = "srun"          # srun | mpirun
+    srun_mpi = "pmix"          # pmix | pmi2
+
+    [[partitions]]
+    name = "gpu"
+    nodes = 2
+    max_time = "01:00:00"
+    cpus_per_node = 4
+    topology = "fake4"
+
+    [topology.fake4]
+    [[topology.fake4.slots]]   # one slot per rank a node runs: per GPU, in GPU order
+    gpu = 0
+    numa = 0
+    cpus = "0"
+    hcas = ["mlx5_0:1"]
+
+>>> site = load_site("slurm/sites/sandbox.toml")   # doctest: +SKIP
+>>> site.partition(None).name                     # doctest: +SKIP
+'gpu'
+
+Every mistake raises :class:`UserError` naming the file, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chainermn_rt.errors import UserError
+
+LAUNCHERS = ("srun", "mpirun")
+SRUN_MPI = ("pmix", "pmi2")
+RUNTIMES = ("none", "apptainer", "singularity", "charliecloud", "pyxis")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
+HCA = re.compile(r"[A-Za-z0-9_.-]+:\d+\Z")
+MEMORY = re.compile(r"(\d+)([KMGT]?)\Z")
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
+
+
+def parse_time(text: str, where: str) -> int:
+    """Seconds in a Slurm time string: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
+
+    >>> parse_time("1-02:00:00", "time"), parse_time("90", "time"), parse_time("5:30", "time")
+    (93600, 5400, 330)
+    """
+    m = _TIME.match(text.strip()) if isinstance(text, str) else None
+    if not m:
+        raise UserError(f"{where}: {text!r} is not a Slurm time; allowed: MIN, MIN:SEC, "
+                        "HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS")
+    days, a, b, c = m.groups()
+    if days is None:
+        if b is None:
+            return int(a) * 60
+        if c is None:
+            return int(a) * 60 + int(b)
+        return int(a) * 3600 + int(b) * 60 + int(c)
+    return int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+
+
+def parse_memory_mb(text: str, where: str) -> int:
+    """Megabytes in a Slurm memory string (``4000``, ``64G``, ``2T``)."""
+    m = MEMORY.match(str(text)) if isinstance(text, (str, int)) else None
+    if not m:
+        raise UserError(f"{where}: {text!r} is not a memory size; allowed: a number with an "
+                        "optional K, M, G or T suffix (default M), e.g. 64G")
+    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2)]
+    return int(int(m.group(1)) * scale)
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``"0-3,8"`` -> ``[0, 1, 2, 3, 8]``."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one rank of a node runs: its GPU (None on CPU nodes), NUMA node, CPUs and HCAs."""
+
+    gpu: int | None
+    numa: int
+    cpus: str
+    hcas: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    slots: tuple[Slot, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(1 for s in self.slots if s.gpu is not None)
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes: int
+    max_time: str
+    max_time_s: int
+    cpus_per_node: int
+    topology: Topology
+    memory_mb: int | None = None
+    gpu_type: str | None = None
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class Container:
+    runtime: str = "none"
+    image: str | None = None
+    binds: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    python: str = "python3"
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    path: Path
+    description: str
+    launcher: str
+    srun_mpi: str
+    partitions: tuple[Partition, ...]
+    container: Container
+    environment: dict[str, str]
+    modules: tuple[str, ...]
+    account: str | None
+    qos: str | None
+    python: str | None
+    signal: str | None
+    requeue: bool
+    socket_ifname: str | None
+    sandbox: dict[str, Any] = field(default_factory=dict)
+
+    def partition(self, name: str | None) -> Partition:
+        """The named partition, or the default one (the one marked default, else the first)."""
+        if name is None:
+            return next((p for p in self.partitions if p.default), self.partitions[0])
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise UserError(f"partition: {name!r} is not in site {self.name!r}; allowed: "
+                        + ", ".join(p.name for p in self.partitions))
+
+
+class _Table:
+    """Reads one TOML table, remembering which keys were used so that typos are reported."""
+
+    def __init__(self, data: Any, where: str):
+        if not isinstance(data, dict):
+            raise UserError(f"{where}: expected a table")
+        self.data, self.where, self.used = data, where, set()
+
+    def get(self, key: str, kind: type | tuple, default: Any = ..., allowed: str = "") -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise UserError(f"{self.at(key)}: missing; allowed: {allowed or _kind(kind)}")
+            return default
+        value = self.data[key]
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, (int,)))
+        if not ok:
+            raise UserError(f"{self.at(key)}: {value!r} has the wrong type; allowed: "
+                            f"{allowed or _kind(kind)}")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: Any = ...) -> str:
+        value = self.get(key, str, default, allowed=" | ".join(choices))
+        if value not in choices:
+            raise UserError(f"{self.at(key)}: {value!r} is not allowed; allowed: "
+                            + " | ".join(choices))
+        return value
+
+    def positive(self, key: str, default: Any = ...) -> int:
+        value = self.get(key, int, default, allowed="an integer >= 1")
+        if value is not None and value < 1:
+            raise UserError(f"{self.at(key)}: {value} is not allowed; allowed: an integer >= 1")
+        return value
+
+    def strings(self, key: str, pattern: re.Pattern | None = None, what: str = "") -> tuple:
+        values = self.get(key, list, [], allowed="a list of strings")
+        for i, v in enumerate(values):
+            if not isinstance(v, str) or (pattern and not pattern.match(v)):
+                raise UserError(f"{self.at(key)}[{i}]: {v!r} is not allowed; allowed: "
+                                f"{what or 'a string'}")
+        return tuple(values)
+
+    def at(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise UserError(f"{self.at(unknown[0])}: unknown field; allowed: "
+                            + ", ".join(sorted(self.used)))
+
+
+def _kind(kind: type | tuple) -> str:
+    names = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
+             dict: "a table"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _slot(t: _Table) -> Slot:
+    gpu = t.get("gpu", int, None)
+    if gpu is not None and gpu < 0:
+        raise UserError(f"{t.at('gpu')}: {gpu} is not allowed; allowed: an integer >= 0")
+    numa = t.get("numa", int, 0)
+    cpus = t.get("cpus", str, allowed="a CPU list such as \"0-13,56-69\"")
+    if not CPU_LIST.match(cpus):
+        raise UserError(f"{t.at('cpus')}: {cpus!r} is not allowed; allowed: a CPU list such as "
+                        "\"0-13,56-69\"")
+    hcas = t.strings("hcas", HCA, "an HCA with its port, e.g. \"mlx5_0:1\"")
+    t.done()
+    return Slot(gpu=gpu, numa=numa, cpus=cpus, hcas=hcas)
+
+
+def _topology(name: str, data: Any, where: str) -> Topology:
+    t = _Table(data, where)
+    raw = t.get("slots", list, allowed="a list of [[slots]] tables")
+    t.done()
+    if not raw:
+        raise UserError(f"{where}.slots: empty; allowed: one [[slots]] table per rank of a node")
+    slots = tuple(_slot(_Table(s, f"{where}.slots[{i}]")) for i, s in enumerate(raw))
+    gpus = [s.gpu for s in slots if s.gpu is not None]
+    if gpus and len(gpus) != len(slots):
+        raise UserError(f"{where}.slots: some slots have a gpu and some do not; allowed: every "
+                        "slot with a gpu (GPU nodes) or none (CPU nodes)")
+    if gpus and sorted(gpus) != list(range(len(gpus))):
+        raise UserError(f"{where}.slots: gpu indices {gpus}; allowed: each of 0..{len(gpus) - 1} "
+                        "once")
+    return Topology(name=name, slots=slots)
+
+
+def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
+    name = t.get("name", str, allowed="a partition name")
+    topo = t.get("topology", str, allowed=" | ".join(topologies) or "a [topology.NAME] table")
+    if topo not in topologies:
+        raise UserError(f"{t.at('topology')}: {topo!r} is not defined; allowed: "
+                        + (" | ".join(topologies) or "add a [topology.NAME] table"))
+    max_time = t.get("max_time", str, allowed="a Slurm time such as \"2-00:00:00\"")
+    memory = t.get("memory", str, None, allowed="a memory size such as \"512G\"")
+    partition = Partition(
+        name=name, nodes=t.positive("nodes"), max_time=max_time,
+        max_time_s=parse_time(max_time, t.at("max_time")),
+        cpus_per_node=t.positive("cpus_per_node"), topology=topologies[topo],
+        memory_mb=None if memory is None else parse_memory_mb(memory, t.at("memory")),
+        gpu_type=t.get("gpu_type", str, None), default=t.get("default", bool, False))
+    t.done()
+    if partition.cpus_per_node < len(partition.topology.slots):
+        raise UserError(f"{t.at('cpus_per_node')}: {partition.cpus_per_node} is fewer than the "
+                        f"{len(partition.topology.slots)} slots of topology {topo!r}; allowed: "
+                        f">= {len(partition.topology.slots)}")
+    return partition
+
+
+def _container(data: Any) -> Container:
+    t = _Table(data, "container")
+    c = Container(
+        runtime=t.choice("runtime", RUNTIMES, "none"),
+        image=t.get("image", str, None),
+        binds=t.strings("binds", re.compile(r"[^:,\s]+(:[^:,\s]+){0,2}\Z"),
+                        "SRC[:DST[:OPTIONS]] without spaces or commas"),
+        flags=t.strings("flags"),
+        python=t.get("python", str, "python3"))
+    t.done()
+    return c
+
+
+def _environment(data: Any) -> dict[str, str]:
+    t = _Table(data, "environment")
+    env = {}
+    for key in data:
+        if not ENV_NAME.match(key):
+            raise UserError(f"environment.{key}: not a variable name; allowed: letters, digits "
+                            "and _, not starting with a digit")
+        env[key] = t.get(key, str, allowed="a string (quote numbers)")
+    return env
+
+
+def parse_site(data: dict[str, Any], path: Path) -> Site:
+    """Validate the parsed TOML of a profile; :class:`UserError` names the first bad field."""
+    t = _Table(data, "")
+    name = t.get("name", str, allowed="a site name")
+    if not NAME.match(name):
+        raise UserError(f"name: {name!r} is not allowed; allowed: letters, digits, '.', '_', '-'")
+    topo_table = _Table(t.get("topology", dict, allowed="[topology.NAME] tables"), "topology")
+    topologies = {k: _topology(k, topo_table.get(k, dict), f"topology.{k}")
+                  for k in topo_table.data}
+    raw_parts = t.get("partitions", list, allowed="a list of [[partitions]] tables")
+    if not raw_parts:
+        raise UserError("partitions: empty; allowed: at least one [[partitions]] table")
+    parts = tuple(_partition(_Table(p, f"partitions[{i}]"), topologies)
+                  for i, p in enumerate(raw_parts))
+    names = [p.name for p in parts]
+    if len(set(names)) != len(names):
+        raise UserError(f"partitions: duplicate names {names}; allowed: each name once")
+    if sum(p.default for p in parts) > 1:
+        raise UserError("partitions: more than one has default = true; allowed: at most one")
+    signal = t.get("signal", str, None, allowed="SIG@SECONDS, e.g. \"USR2@90\"")
+    if signal is not None and not re.match(r"(B:)?[A-Z0-9]+@\d+\Z", signal):
+        raise UserError(f"signal: {signal!r} is not allowed; allowed: [B:]SIG@SECONDS, e.g. "
+                        "\"USR2@90\"")
+    site = Site(
+        name=name, path=path, description=t.get("description", str, ""),
+        launcher=t.choice("launcher", LAUNCHERS),
+        srun_mpi=t.choice("srun_mpi", SRUN_MPI, "pmix"),
+        partitions=parts,
+        container=_container(t.get("container", dict, {})),
+        environment=_environment(t.get("environment", dict, {})),
+        modules=t.strings("modules"),
+        account=t.get("account", str, None), qos=t.get("qos", str, None),
+        python=t.get("python", str, None),
+        signal=signal, requeue=t.get("requeue", bool, False),
+        socket_ifname=t.get("socket_ifname", str, None),
+        sandbox=t.get("sandbox", dict, {}))
+    t.done()
+    return site
+
+
+def load_site(path: str | Path) -> Site:
+    """Read and validate a profile file; errors are prefixed with the file's path."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"--site: {path}: no such file; allowed: a site profile "
+                        f"(shipped: {', '.join(shipped_sites())})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid TOML: {err}") from None
+    try:
+        return parse_site(data, path)
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from None
+
+
+def data_dir() -> Path:
+    """slurm/ (templates, sites, sandbox files), in the checkout or inside the installed wheel."""
+    from importlib.resources import files
+
+    try:
+        return Path(str(files("chainermn_rt.slurm")))
+    except ModuleNotFoundError:  # running from a checkout that is not installed
+        return Path(__file__).resolve().parent.parent / "slurm"
+
+
+def shipped_sites() -> list[str]:
+    return sorted(p.stem for p in (data_dir() / "sites").glob("*.toml"))
+
+
+def resolve_site(name_or_path: str) -> Path:
+    """A path as given, or the name of a shipped profile (``sandbox``, ``dgx-h100``, ...)."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    return data_dir() / "sites" / f"{name_or_path}.toml"
