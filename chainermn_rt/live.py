@@ -1,0 +1,79 @@
+"""Compare a site profile with the running cluster (``chainermn-rt site check --live``).
+
+>>> compare(load_site("slurm/sites/sandbox.toml"))     # doctest: +SKIP
+[]          # or e.g. ["partition gpu: nodes 2 in the profile, 3 in Slurm"]
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from chainermn_rt.site import Site, parse_time
+
+
+def _records(argv: list[str]) -> list[dict[str, str]]:
+    """``scontrol show ... -o``: one record per line of KEY=VALUE words."""
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+    return [dict(re.findall(r"(\S+?)=(\S*)", line)) for line in out.splitlines() if line.strip()]
+
+
+def _gpus(gres: str) -> int:
+    """GPUs in a node's Gres string such as ``gpu:4(S:0)`` or ``gpu:h100:8``."""
+    return sum(int(m) for m in re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres))
+
+
+def _time(text: str) -> int | None:
+    return None if text.upper() in ("UNLIMITED", "INFINITE") else parse_time(text, "MaxTime")
+
+
+def compare(site: Site) -> list[str]:
+    """Every difference between the profile and Slurm's view, one line each."""
+    diffs: list[str] = []
+    partitions = {r.get("PartitionName"): r for r in _records(
+        ["scontrol", "show", "partition", "-o"])}
+    nodes = {r.get("NodeName"): r for r in _records(["scontrol", "show", "node", "-o"])}
+    for p in site.partitions:
+        live = partitions.get(p.name)
+        if live is None:
+            diffs.append(f"partition {p.name}: not in Slurm (it has: "
+                         f"{', '.join(sorted(partitions))})")
+            continue
+        total = int(live.get("TotalNodes", "0"))
+        if total != p.nodes:
+            diffs.append(f"partition {p.name}: nodes {p.nodes} in the profile, {total} in Slurm")
+        max_time = _time(live.get("MaxTime", "UNLIMITED"))
+        if max_time != p.max_time_s:
+            diffs.append(f"partition {p.name}: max_time {p.max_time} in the profile, "
+                         f"{live.get('MaxTime')} in Slurm")
+        names = _expand(live.get("Nodes", ""))
+        for name in names:
+            node = nodes.get(name, {})
+            cpus, gpus = int(node.get("CPUTot", "0")), _gpus(node.get("Gres", ""))
+            if cpus != p.cpus_per_node:
+                diffs.append(f"node {name}: cpus_per_node {p.cpus_per_node} in the profile "
+                             f"(partition {p.name}), CPUTot={cpus} in Slurm")
+            if gpus != p.topology.gpus:
+                diffs.append(f"node {name}: {p.topology.gpus} GPUs in topology "
+                             f"{p.topology.name!r}, Gres={node.get('Gres', '(none)')} in Slurm")
+            mem = int(node.get("RealMemory", "0"))
+            if p.memory_mb is not None and mem != p.memory_mb:
+                diffs.append(f"node {name}: memory {p.memory_mb}M in the profile, "
+                             f"RealMemory={mem} in Slurm")
+    if site.launcher == "srun":
+        plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True,
+                                 timeout=30)
+        listed = re.findall(r"^\s*(?:srun: )?(\S+)\s*$", plugins.stdout + plugins.stderr, re.M)
+        if site.srun_mpi not in listed:
+            diffs.append(f"srun_mpi {site.srun_mpi!r}: not among srun --mpi=list's plugins "
+                         f"({', '.join(x for x in listed if x.isidentifier())})")
+    return diffs
+
+
+def _expand(hostlist: str) -> list[str]:
+    """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (via scontrol, Slurm's own parser)."""
+    if not hostlist or hostlist == "(null)":
+        return []
+    out = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    return out.split()

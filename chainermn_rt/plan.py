@@ -1,0 +1,241 @@
+"""Plan: everything a job script says, decided from a Site and a Request, before any text is made.
+
+>>> from chainermn_rt.site import load_site                           # doctest: +SKIP
+>>> plan = make_plan(load_site("slurm/sites/dgx-h100.toml"),          # doctest: +SKIP
+...                  Request(nodes=2, command=("python", "train.py")))
+>>> plan.tasks_per_node, plan.cpus_per_task                           # doctest: +SKIP
+(8, 14)
+
+Impossible requests raise :class:`UserError` naming the field and what the site allows.
+The templates in slurm/templates/ only format the Plan.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from chainermn_rt.errors import UserError
+from chainermn_rt.site import ENV_NAME, RUNTIMES, Partition, Site, parse_memory_mb, parse_time
+
+# The variable that carries the node's slot table to the per-rank step (chainermn_rt.rank).
+SLOTS_VAR = "CHAINERMN_RT_SLOTS"
+# Set to a file pattern to give each rank its own log (see chainermn_rt.rank).
+RANK_LOG_VAR = "CHAINERMN_RT_RANK_LOG"
+RANK_LOG_PATTERN = "%x-%j.rank%r.out"
+OUTPUT_PATTERN = "%x-%j.out"
+LAUNCHERS = ("srun", "mpirun")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a user asks for (the ``chainermn-rt render`` arguments)."""
+
+    nodes: int
+    command: tuple[str, ...]
+    gpus_per_node: int | None = None
+    ranks_per_node: int | None = None
+    partition: str | None = None
+    time: str | None = None
+    job_name: str = "chainermn"
+    image: str | None = None
+    runtime: str | None = None
+    launcher: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    memory: str | None = None
+    python: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    per_rank_logs: bool = False
+    output: str = OUTPUT_PATTERN
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decided job: #SBATCH options, environment, and the launch line as argv lists."""
+
+    site_name: str
+    sbatch: tuple[tuple[str, str | None], ...]
+    modules: tuple[str, ...]
+    environment: tuple[tuple[str, str], ...]
+    launch: tuple[str, ...]
+    container: tuple[str, ...]
+    rank_step: tuple[str, ...]
+    command: tuple[str, ...]
+    partition: str
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    gpus_per_node: int
+    runtime: str
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+def _check_text(value: str, name: str) -> str:
+    """Refuse control characters (newlines would end a #SBATCH line); everything else is quoted."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise UserError(f"{name}: {value!r} contains a control character; allowed: printable text")
+    return value
+
+
+def _tasks(site: Site, part: Partition, req: Request) -> tuple[int, int]:
+    """(tasks per node, GPUs per node) for the request on this partition."""
+    slots, gpus = len(part.topology.slots), part.topology.gpus
+    if gpus:
+        if req.ranks_per_node is not None:
+            raise UserError(f"--ranks-per-node: partition {part.name!r} has GPUs, where one rank "
+                            f"runs per GPU; allowed: --gpus-per-node 1-{gpus}")
+        g = gpus if req.gpus_per_node is None else req.gpus_per_node
+        if not 1 <= g <= gpus:
+            raise UserError(f"--gpus-per-node: {g} on partition {part.name!r} of site "
+                            f"{site.name!r}; allowed: 1-{gpus}")
+        return g, g
+    if req.gpus_per_node:
+        raise UserError(f"--gpus-per-node: partition {part.name!r} of site {site.name!r} has no "
+                        f"GPUs; allowed: 0, or a GPU partition: "
+                        + (", ".join(p.name for p in site.partitions if p.topology.gpus) or "none"))
+    r = slots if req.ranks_per_node is None else req.ranks_per_node
+    if not 1 <= r <= slots:
+        raise UserError(f"--ranks-per-node: {r} on partition {part.name!r}; allowed: 1-{slots}")
+    return r, 0
+
+
+def _container(site: Site, req: Request) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(runtime, argv placed before the rank step, extra launcher flags)."""
+    c = site.container
+    runtime = req.runtime or c.runtime
+    if runtime not in RUNTIMES:
+        raise UserError(f"--runtime: {runtime!r} is not known; allowed: {' | '.join(RUNTIMES)}")
+    if runtime == "none":
+        return runtime, (), ()
+    image = req.image or c.image
+    if not image:
+        raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
+                        "given with --image or container.image in the site profile")
+    _check_text(image, "--image")
+    binds = c.binds
+    if runtime in ("apptainer", "singularity"):
+        argv = [runtime, "exec", "--nv"]
+        for b in binds:
+            argv += ["--bind", b]
+        return runtime, (*argv, *c.flags, image), ()
+    if runtime == "charliecloud":
+        argv = ["ch-run", "--set-env"]
+        for b in binds:
+            argv += ["-b", b]
+        return runtime, (*argv, *c.flags, image, "--"), ()
+    # pyxis: the container is a property of the srun step, not a wrapper command.
+    flags = [f"--container-image={image}"]
+    if binds:
+        flags.append("--container-mounts=" + ",".join(binds))
+    return runtime, (), (*flags, *c.flags)
+
+
+def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,
+            pyxis_flags: tuple[str, ...]) -> tuple[str, ...]:
+    launcher = req.launcher or site.launcher
+    if launcher not in LAUNCHERS:
+        raise UserError(f"--launcher: {launcher!r} is not known; allowed: {' | '.join(LAUNCHERS)}")
+    if launcher == "mpirun":
+        if runtime == "pyxis":
+            raise UserError("--launcher: mpirun cannot start pyxis containers; allowed: srun "
+                            "(or another --runtime)")
+        # The per-rank step binds CPUs itself, so the launcher must not.
+        return ("mpirun", "--bind-to", "none", "--map-by", f"ppr:{tasks_per_node}:node")
+    return ("srun", f"--mpi={site.srun_mpi}", "--cpu-bind=none", "--kill-on-bad-exit=1",
+            *pyxis_flags)
+
+
+def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int,
+                 per_rank_logs: bool) -> tuple[tuple[str, str], ...]:
+    env = dict(site.environment)
+    if site.socket_ifname:
+        for name in ("NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include",
+                     "OMPI_MCA_oob_tcp_if_include"):
+            env.setdefault(name, site.socket_ifname)
+    for key, value in req.env:
+        if not ENV_NAME.match(key):
+            raise UserError(f"--env: {key!r} is not a variable name; allowed: KEY=VALUE with "
+                            "KEY made of letters, digits and _")
+        env[key] = _check_text(value, f"--env {key}")
+    if SLOTS_VAR in env or RANK_LOG_VAR in env:
+        raise UserError(f"--env: {SLOTS_VAR} and {RANK_LOG_VAR} are set by chainermn-rt; "
+                        "allowed: any other variable")
+    slots = part.topology.slots[:tasks_per_node]
+    env[SLOTS_VAR] = json.dumps(
+        [{"gpu": s.gpu, "numa": s.numa, "cpus": s.cpus, "hcas": list(s.hcas)} for s in slots],
+        separators=(",", ":"))
+    if per_rank_logs:
+        env[RANK_LOG_VAR] = RANK_LOG_PATTERN
+    return tuple(env.items())
+
+
+def make_plan(site: Site, req: Request) -> Plan:
+    """Decide the job for ``req`` on ``site``; raises :class:`UserError` when it can't run there."""
+    part = site.partition(req.partition)
+    if not 1 <= req.nodes <= part.nodes:
+        raise UserError(f"--nodes: {req.nodes} on partition {part.name!r}; allowed: "
+                        f"1-{part.nodes}")
+    if not req.command:
+        raise UserError("COMMAND: missing; allowed: the program to run, after `--`")
+    for i, arg in enumerate(req.command):
+        if "\0" in arg:
+            raise UserError(f"COMMAND[{i}]: contains a NUL byte; allowed: any other text")
+    tasks_per_node, gpus = _tasks(site, part, req)
+    time = req.time or part.max_time
+    if parse_time(time, "--time") > part.max_time_s:
+        raise UserError(f"--time: {time} is over partition {part.name!r}'s limit; allowed: up "
+                        f"to {part.max_time}")
+    if req.memory is not None and part.memory_mb is not None and \
+            parse_memory_mb(req.memory, "--mem") > part.memory_mb:
+        raise UserError(f"--mem: {req.memory} is more than a node of partition {part.name!r} "
+                        f"has; allowed: up to {part.memory_mb}M")
+    if not re.match(r"[^/\s]", req.job_name or ""):
+        raise UserError(f"--job-name: {req.job_name!r}; allowed: a non-empty name not starting "
+                        "with a space or /")
+    job_name = _check_text(req.job_name, "--job-name")
+    output = _check_text(req.output, "--output")
+    runtime, container, pyxis_flags = _container(site, req)
+    python = req.python or (site.container.python if runtime != "none" else site.python)
+    if python is None:
+        import sys
+
+        python = sys.executable
+    account, qos = req.account or site.account, req.qos or site.qos
+    cpus_per_task = part.cpus_per_node // len(part.topology.slots)
+
+    sbatch: list[tuple[str, str | None]] = [
+        ("job-name", job_name),
+        ("partition", part.name),
+        ("nodes", str(req.nodes)),
+        ("ntasks-per-node", str(tasks_per_node)),
+        ("cpus-per-task", str(cpus_per_task)),
+    ]
+    if gpus:
+        sbatch.append(("gpus-per-node", f"{part.gpu_type}:{gpus}" if part.gpu_type else str(gpus)))
+    sbatch.append(("time", time))
+    if req.memory:
+        sbatch.append(("mem", req.memory))
+    if account:
+        sbatch.append(("account", _check_text(account, "--account")))
+    if qos:
+        sbatch.append(("qos", _check_text(qos, "--qos")))
+    sbatch.append(("output", output))
+    if site.signal:
+        sbatch.append(("signal", site.signal))
+    if site.requeue:
+        sbatch.append(("requeue", None))
+
+    return Plan(
+        site_name=site.name, sbatch=tuple(sbatch), modules=site.modules,
+        environment=_environment(site, req, part, tasks_per_node, req.per_rank_logs),
+        launch=_launch(site, req, runtime, tasks_per_node, pyxis_flags),
+        container=container, rank_step=(python, "-m", "chainermn_rt", "rank", "--"),
+        command=tuple(req.command), partition=part.name, nodes=req.nodes,
+        tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus,
+        runtime=runtime)

@@ -1,0 +1,134 @@
+"""The per-rank step: find this rank's slot of the node, bind it, then exec the command.
+
+A generated job script runs ``python -m chainermn_rt rank -- COMMAND`` once per rank. From the
+launcher's variables (:class:`~chainermn_rt.job_env.JobEnvironment`) and the node's slot table
+(``CHAINERMN_RT_SLOTS``, written into the script by the Plan) it
+
+1. picks the rank's GPU with :func:`~chainermn_rt.devices.choose_device` (the same call
+   ``chainermn_rt.setup()`` makes, so the two never disagree) and the slot of that physical GPU;
+   every GPU of the node stays visible, for NCCL's CUDA IPC;
+2. binds CPUs to the slot's CPU list (within what the launcher allows) and, with numactl,
+   memory to its NUMA node;
+3. sets ``UCX_NET_DEVICES`` and ``NCCL_IB_HCA`` to the slot's HCAs unless already set;
+4. sends output to a per-rank log when ``CHAINERMN_RT_RANK_LOG`` is set;
+5. execs COMMAND.
+
+>>> slots = [{"gpu": 0, "numa": 0, "cpus": "0-3", "hcas": ["mlx5_0:1"]},
+...          {"gpu": 1, "numa": 1, "cpus": "4-7", "hcas": ["mlx5_1:1"]}]
+>>> b = binding(slots, {"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+...                     "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"})
+>>> b.slot["gpu"], b.device, b.env
+(1, 1, {'UCX_NET_DEVICES': 'mlx5_1:1', 'NCCL_IB_HCA': '=mlx5_1:1'})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from chainermn_rt.devices import choose_device, visible_gpus
+from chainermn_rt.errors import UserError
+from chainermn_rt.job_env import JobEnvironment
+from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
+from chainermn_rt.site import parse_cpu_list
+
+
+@dataclass
+class Binding:
+    """What the per-rank step applies to this rank."""
+
+    job: JobEnvironment
+    slot: dict | None
+    device: int | None
+    cpus: list[int] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _slot_of(slots: list[dict], job: JobEnvironment, device: int | None,
+             environ: Mapping[str, str]) -> dict:
+    """The slot of the physical GPU this rank uses; by local rank where GPUs aren't numbered."""
+    if device is not None:
+        visible = visible_gpus(environ)
+        physical = visible[device] if visible else str(device)
+        for slot in slots:
+            if str(slot.get("gpu")) == physical:
+                return slot
+    if job.local_rank >= len(slots):
+        raise UserError(f"local rank {job.local_rank} has no slot: {SLOTS_VAR} lists "
+                        f"{len(slots)}; allowed: at most {len(slots)} ranks per node")
+    return slots[job.local_rank]
+
+
+def binding(slots: list[dict] | None, environ: Mapping[str, str]) -> Binding:
+    """Decide this rank's binding from the launcher's variables; changes nothing."""
+    job = JobEnvironment.detect(environ)
+    device = choose_device(job.local_rank, job.local_size, environ)
+    if not slots:
+        return Binding(job, None, device)
+    slot = _slot_of(slots, job, device, environ)
+    env = {}
+    if slot.get("hcas"):
+        hcas = ",".join(slot["hcas"])
+        env = {k: v for k, v in (("UCX_NET_DEVICES", hcas), ("NCCL_IB_HCA", "=" + hcas))
+               if k not in environ}
+    return Binding(job, slot, device, parse_cpu_list(slot["cpus"]), env)
+
+
+def _rank_log(pattern: str, job: JobEnvironment, environ: Mapping[str, str]) -> str:
+    values = {"%x": environ.get("SLURM_JOB_NAME", "job"), "%j": environ.get("SLURM_JOB_ID", "0"),
+              "%r": str(job.global_rank), "%h": job.hostname, "%%": "%"}
+    out, i = [], 0
+    while i < len(pattern):
+        two = pattern[i:i + 2]
+        out.append(values.get(two, pattern[i]))
+        i += 2 if two in values else 1
+    return "".join(out)
+
+
+def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
+    """Bind this process (inherited by COMMAND) and return the argv to exec."""
+    if b.cpus:
+        allowed = os.sched_getaffinity(0)
+        chosen = set(b.cpus) & allowed
+        if chosen:
+            os.sched_setaffinity(0, chosen)
+        else:
+            print(f"chainermn-rt rank: warning: CPUs {b.slot['cpus']} are outside this task's "
+                  f"allowed CPUs {sorted(allowed)}; not binding", file=sys.stderr)
+    environ.update(b.env)
+    pattern = environ.get(RANK_LOG_VAR)
+    if pattern:
+        path = Path(_rank_log(pattern, b.job, environ))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    numa = b.slot.get("numa") if b.slot else None
+    if numa is not None and shutil.which("numactl") and \
+            Path(f"/sys/devices/system/node/node{numa}").is_dir():
+        return ["numactl", f"--membind={numa}", "--", *command]
+    return command
+
+
+def main(command: list[str]) -> int:
+    """Run COMMAND as this rank; returns only when it can't be started."""
+    if not command:
+        raise UserError("COMMAND: missing; allowed: the program to run, after `--`")
+    raw = os.environ.get(SLOTS_VAR)
+    try:
+        slots = json.loads(raw) if raw else None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{SLOTS_VAR}: not JSON ({err}); allowed: the value chainermn-rt "
+                        "render writes") from None
+    argv = apply(binding(slots, os.environ), command, os.environ)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as err:
+        print(f"chainermn-rt rank: error: COMMAND: cannot run {argv[0]!r}: {err.strerror}",
+              file=sys.stderr)
+        return 127
