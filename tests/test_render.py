@@ -1,0 +1,83 @@
+"""Golden job scripts: the exact text rendered for each shipped profile and a few requests.
+
+Regenerate on purpose only: ``REGEN_GOLDEN=1 pytest tests/test_render.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from conftest import REPO, require_commands
+
+from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.render import directive, render
+from chainermn_rt.site import load_site
+
+GOLDEN = REPO / "tests" / "golden"
+TRAIN = ("python3", "train_imagenet.py", "--epoch", "90")
+CASES = {
+    "sandbox-2x2": ("sandbox", Request(nodes=2, gpus_per_node=2, python="/opt/venv/bin/python",
+                                       command=("python3", "examples/train_mnist.py"))),
+    "sandbox-cpu-mpirun": ("sandbox", Request(nodes=2, partition="cpu", launcher="mpirun",
+                                              python="/opt/venv/bin/python", time="10",
+                                              per_rank_logs=True, command=("hostname",))),
+    "sandbox-charliecloud": ("sandbox", Request(
+        nodes=2, gpus_per_node=2, runtime="charliecloud", image="/var/tmp/chainermn-rt_cpu",
+        command=("python3", "/opt/chainermn_rt/examples/train_mnist.py"))),
+    "dgx-h100-16": ("dgx-h100", Request(nodes=16, command=TRAIN, job_name="resnet50 16x8",
+                                        env=(("NCCL_DEBUG", "WARN"),))),
+    "dgx-h100-debug-2gpu": ("dgx-h100", Request(nodes=1, gpus_per_node=2, partition="debug",
+                                                time="00:10:00", command=TRAIN)),
+    "quad-gpu-32": ("quad-gpu", Request(nodes=32, command=TRAIN, account="chainer",
+                                        memory="200G")),
+    "cpu-cluster-4": ("cpu-cluster", Request(nodes=4, ranks_per_node=1, time="1-00",
+                                             command=("python3", "train_mnist.py"))),
+    "hostile": ("sandbox", Request(
+        nodes=1, gpus_per_node=1, python="/opt/venv/bin/python",
+        job_name="a \"quoted\" #name; $(id) `id` \\ é",
+        env=(("MSG", "it's $(id) `id` ;\"x\""),),
+        command=("printf", "%s\\n", "a b", "'", '"', ";", "$(id)", "`id`", "x\ny", "é ✓"))),
+}
+
+
+def _script(name: str) -> str:
+    site, request = CASES[name]
+    return render(make_plan(load_site(REPO / "slurm" / "sites" / f"{site}.toml"), request))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name):
+    text, path = _script(name), GOLDEN / f"{name}.sh"
+    if os.environ.get("REGEN_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8"), f"re-render {path.name} on purpose"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_shellcheck(name):
+    require_commands("shellcheck")
+    proc = subprocess.run(["shellcheck", "-s", "bash", "-"], input=_script(name), text=True,
+                          capture_output=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_every_shipped_profile_has_a_golden():
+    shipped = {p.stem for p in (REPO / "slurm" / "sites").glob("*.toml")}
+    assert shipped <= {site for site, _ in CASES.values()}
+
+
+def test_directive_quoting():
+    assert directive("plain-name_1.x") == "plain-name_1.x"
+    assert directive("two words") == '"two words"'
+    assert directive('a"b#c\\d') == '"a\\"b\\#c\\\\d"'
+
+
+def test_missing_template_value_is_an_error():
+    import jinja2
+
+    from chainermn_rt.render import environment
+
+    with pytest.raises(jinja2.UndefinedError):
+        environment().from_string("{{ plan.nope }}").render(plan=object())

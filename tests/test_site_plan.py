@@ -1,0 +1,164 @@
+"""Site profiles, plans and their errors: the field and what is allowed, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from chainermn_rt.errors import UserError
+from chainermn_rt.plan import SLOTS_VAR, Request, make_plan
+from chainermn_rt.site import load_site, parse_site
+
+SITES = REPO / "slurm" / "sites"
+
+
+def _site(name):
+    return load_site(SITES / f"{name}.toml")
+
+
+@pytest.mark.parametrize("path", sorted(SITES.glob("*.toml")), ids=lambda p: p.stem)
+def test_shipped_profiles_validate(path):
+    proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "site", "check", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert ": ok: site" in proc.stdout
+
+
+def test_dgx_plan_maps_ranks_to_gpus_numa_and_hcas():
+    plan = make_plan(_site("dgx-h100"), Request(nodes=4, command=("x",)))
+    assert (plan.tasks_per_node, plan.cpus_per_task, plan.gpus_per_node) == (8, 14, 8)
+    assert plan.world_size == 32
+    env = dict(plan.environment)
+    import json
+
+    slots = json.loads(env[SLOTS_VAR])
+    assert [s["numa"] for s in slots] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert slots[5] == {"gpu": 5, "numa": 1, "cpus": "70-83", "hcas": ["mlx5_9:1"]}
+    assert ("gpus-per-node", "h100:8") in plan.sbatch
+
+
+def test_fewer_gpus_use_the_first_slots_and_keep_cpus_per_gpu():
+    plan = make_plan(_site("quad-gpu"), Request(nodes=1, gpus_per_node=2, command=("x",)))
+    assert (plan.tasks_per_node, plan.cpus_per_task) == (2, 8)
+
+
+def test_request_env_overrides_profile_and_socket_ifname_fills_nccl_and_ompi():
+    plan = make_plan(_site("quad-gpu"), Request(nodes=1, command=("x",),
+                                                env=(("OMPI_MCA_pml", "ob1"),)))
+    env = dict(plan.environment)
+    assert env["OMPI_MCA_pml"] == "ob1"
+    assert env["NCCL_SOCKET_IFNAME"] == env["OMPI_MCA_oob_tcp_if_include"] == "ib0"
+
+
+@pytest.mark.parametrize("request_kw, message", [
+    (dict(nodes=3), "--nodes: 3 on partition 'gpu'; allowed: 1-2"),
+    (dict(nodes=1, gpus_per_node=5), "--gpus-per-node: 5 on partition 'gpu' of site 'sandbox'; "
+                                     "allowed: 1-4"),
+    (dict(nodes=1, time="1:00:00"), "--time: 1:00:00 is over partition 'gpu''s limit; "
+                                    "allowed: up to 00:30:00"),
+    (dict(nodes=1, time="soon"), "--time: 'soon' is not a Slurm time"),
+    (dict(nodes=1, partition="big"), "partition: 'big' is not in site 'sandbox'; allowed: gpu, "
+                                     "cpu"),
+    (dict(nodes=1, runtime="docker"), "--runtime: 'docker' is not known; allowed: none | "
+                                      "apptainer | singularity | charliecloud | pyxis"),
+    (dict(nodes=1, runtime="apptainer"), "--image: runtime 'apptainer' needs an image"),
+    (dict(nodes=1, partition="cpu", gpus_per_node=1), "--gpus-per-node: partition 'cpu' of "
+                                                      "site 'sandbox' has no GPUs"),
+    (dict(nodes=1, ranks_per_node=2), "--ranks-per-node: partition 'gpu' has GPUs"),
+    (dict(nodes=1, memory="3G"), "--mem: 3G is more than a node of partition 'gpu' has"),
+    (dict(nodes=1, job_name="two\nlines"), "--job-name: 'two\\nlines' contains a control"),
+    (dict(nodes=1, env=(("1BAD", "x"),)), "--env: '1BAD' is not a variable name"),
+    (dict(nodes=1, launcher="ssh"), "--launcher: 'ssh' is not known; allowed: srun | mpirun"),
+])
+def test_impossible_requests_are_refused(request_kw, message):
+    request_kw.setdefault("command", ("x",))
+    with pytest.raises(UserError) as err:
+        make_plan(_site("sandbox"), Request(**request_kw))
+    assert message in str(err.value)
+
+
+GOOD = (SITES / "quad-gpu.toml").read_text()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("launcher = \"srun\"", "launcher = \"ssh\""), "launcher: 'ssh' is not allowed; allowed: "
+                                                    "srun | mpirun"),
+    (("nodes = 32", "nodes = 0"), "partitions[0].nodes: 0 is not allowed; allowed: an integer"),
+    (("nodes = 32", "nodes = \"32\""), "partitions[0].nodes: '32' has the wrong type"),
+    (("topology = \"quad\"", "topology = \"octo\""), "partitions[0].topology: 'octo' is not "
+                                                     "defined; allowed: quad"),
+    (("runtime = \"apptainer\"", "runtime = \"podman\""), "container.runtime: 'podman' is not "
+                                                          "allowed"),
+    (("max_time = \"1-00:00:00\"", "max_time = \"a day\""), "partitions[0].max_time: 'a day' "
+                                                            "is not a Slurm time"),
+    (("cpus = \"8-15\"", "cpus = \"8 to 15\""), "topology.quad.slots[1].cpus: '8 to 15' is not "
+                                                "allowed"),
+    (("hcas = [\"mlx5_0:1\"] },\n  { gpu = 1", "hcas = [\"mlx5_0\"] },\n  { gpu = 1"),
+     "topology.quad.slots[0].hcas[0]: 'mlx5_0' is not allowed; allowed: an HCA with its port"),
+    (("gpu = 3,", "gpu = 7,"), "topology.quad.slots: gpu indices [0, 1, 2, 7]; allowed: each of "
+                               "0..3 once"),
+    (("signal = \"USR2@90\"", "signal = \"soon\""), "signal: 'soon' is not allowed"),
+    (("requeue = true", "requeue = true\nrequeu = true"), "requeu: unknown field; allowed:"),
+    (("cpus_per_node = 32", "cpus_per_node = 2"), "partitions[0].cpus_per_node: 2 is fewer than "
+                                                  "the 4 slots"),
+])
+def test_profile_errors_name_the_field(tmp_path, edit, message):
+    old, new = edit
+    assert old in GOOD
+    path = tmp_path / "site.toml"
+    path.write_text(GOOD.replace(old, new, 1))
+    with pytest.raises(UserError) as err:
+        load_site(path)
+    assert f"{path}: {message}" in str(err.value)
+
+
+def test_not_toml_is_one_clear_error(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text("name = [")
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_site(path)
+
+
+def test_parse_site_requires_partitions():
+    with pytest.raises(UserError, match="partitions: missing"):
+        parse_site({"name": "x", "launcher": "srun", "topology": {}}, REPO)
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "chainermn_rt", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("args, field", [
+    (["render", "--site", "sandbox", "--nodes", "9", "--", "x"], "--nodes"),
+    (["render", "--site", "sandbox", "--nodes", "two", "--", "x"], "--nodes"),
+    (["render", "--site", "nowhere", "--nodes", "1", "--", "x"], "--site"),
+    (["render", "--site", "sandbox", "--nodes", "1", "--env", "NOEQUALS", "--", "x"], "--env"),
+    (["render", "--site", "sandbox", "--nodes", "1"], "COMMAND"),
+    (["render", "--site", "sandbox", "--nodes", "1", "--bogus", "--", "x"], "--bogus"),
+    (["site", "check", "missing.toml"], "--site"),
+])
+def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, field):
+    out = tmp_path / "job.sh"
+    proc = _cli(*args[:1], "--output", str(out), *args[1:]) if args[0] == "render" \
+        else _cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_render_writes_an_executable_script(tmp_path):
+    out = tmp_path / "job.sh"
+    proc = _cli("render", "--site", "sandbox", "--nodes", "2", "--output", str(out), "--",
+                "hostname")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text().startswith("#!/bin/bash\n") and out.stat().st_mode & 0o100
+    dry = _cli("render", "--site", "sandbox", "--nodes", "2", "--dry-run", "--output",
+               str(tmp_path / "other.sh"), "--", "hostname")
+    assert dry.returncode == 0 and dry.stdout == out.read_text()
+    assert not (tmp_path / "other.sh").exists()
