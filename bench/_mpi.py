@@ -1,0 +1,56 @@
+"""Shared by the benchmarks: start ourselves under ``mpirun -np N`` and time things.
+
+Example::
+
+    if relaunch_under_mpirun(2):   # the parent: mpirun ran the ranks
+        sys.exit(0)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "examples")]
+
+from chainermn_rt.job_env import JobEnvironment  # noqa: E402
+
+
+def mpirun_argv(np: int) -> list[str]:
+    """mpirun with the flags Open MPI needs on a small machine (and as root)."""
+    argv = ["mpirun", "-np", str(np), "--oversubscribe"]
+    if os.geteuid() == 0:
+        argv.append("--allow-run-as-root")
+    return argv
+
+
+def relaunch_under_mpirun(np: int, extra_env: dict | None = None) -> bool:
+    """When not started by a launcher, run this script under ``mpirun -np``; True in the parent."""
+    if JobEnvironment.detect().launcher != "none":
+        return False
+    env = dict(os.environ, **(extra_env or {}))
+    rc = subprocess.call(mpirun_argv(np) + [sys.executable, *sys.argv], env=env)
+    if rc:
+        sys.exit(rc)
+    return True
+
+
+def slowest_median_ms(comm, fn, repeat: int, warmup: int = 2) -> float:
+    """Median over ``repeat`` calls of the slowest rank's time, in ms (barrier before each)."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - start
+        times.append(comm.allreduce(elapsed, op=MPI.MAX))
+    times.sort()
+    return 1000 * times[len(times) // 2]

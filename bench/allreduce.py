@@ -1,0 +1,108 @@
+"""Gradient averaging on CPU, 2 ranks: raw MPI vs ChainerMN's ``naive`` vs ``chunked``.
+
+Gradients shaped like ResNet-50's (161 arrays, 25,557,032 float32). Timed:
+one raw ``Allreduce`` on a contiguous buffer; the same buffer reduced in
+chunks, swept over chunk sizes (the best is the transport's limit here);
+``naive`` (one call per array); ``chunked`` at its default chunk size and over
+the same sweep. Prints a table, then one JSON line::
+
+    {"ours_ms": ..., "naive_ms": ..., "best_raw_ms": ...,
+     "ratio_vs_best_raw": best_raw_ms / ours_ms, "speedup_vs_naive": naive_ms / ours_ms, ...}
+
+Run: ``python bench/allreduce.py [--repeat 15]`` (starts ``mpirun -np 2`` itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from _mpi import relaunch_under_mpirun, slowest_median_ms
+
+SWEEP = [1 << s for s in range(16, 25)]  # 64 KiB .. 16 MiB
+
+
+def resnet50_grads(rank: int):
+    import numpy  # noqa: PLC0415
+    from models import ResNet50  # noqa: PLC0415
+
+    rng = numpy.random.default_rng(rank)
+    shapes = [p.shape for _, p in sorted(ResNet50().namedparams())]
+    return [rng.standard_normal(s, dtype=numpy.float32) for s in shapes]
+
+
+def as_link(grads):
+    """A chainer Link whose parameters carry ``grads`` (what communicators average)."""
+    import chainer  # noqa: PLC0415
+
+    link = chainer.Link()
+    with link.init_scope():
+        for i, g in enumerate(grads):
+            param = chainer.Parameter(g.copy())
+            param.grad = g
+            setattr(link, f"p{i:03d}", param)
+    return link
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    if relaunch_under_mpirun(2):
+        return 0
+    import numpy  # noqa: PLC0415
+    from chainermn.communicators.naive_communicator import NaiveCommunicator  # noqa: PLC0415
+    from mpi4py import MPI  # noqa: PLC0415
+
+    from chainermn_rt.communicators.chunked import (  # noqa: PLC0415
+        DEFAULT_CHUNK_BYTES, ChunkedCommunicator)
+
+    comm = MPI.COMM_WORLD
+    grads = resnet50_grads(comm.rank)
+    n = sum(g.size for g in grads)
+    flat = numpy.concatenate([g.reshape(-1) for g in grads])
+    time = lambda fn: slowest_median_ms(comm, fn, args.repeat)  # noqa: E731
+    rows = [("raw Allreduce, one call", None, time(lambda: comm.Allreduce(MPI.IN_PLACE, flat)))]
+
+    def raw_chunked(chunk_bytes):
+        step = chunk_bytes // flat.itemsize
+        for s in range(0, flat.size, step):
+            comm.Allreduce(MPI.IN_PLACE, flat[s:s + step])
+
+    raw = {c: time(lambda c=c: raw_chunked(c)) for c in SWEEP}
+    rows += [("raw Allreduce, chunked", c, ms) for c, ms in raw.items()]
+    best_chunk = min(raw, key=raw.get)
+    naive_link = as_link([g.copy() for g in grads])
+    naive = NaiveCommunicator(comm)
+    rows.append(("chainermn naive", None, time(lambda: naive.multi_node_mean_grad(naive_link))))
+    link = as_link(grads)
+    ours = {}
+    for c in SWEEP:
+        chunked = ChunkedCommunicator(comm, chunk_bytes=c)
+        ours[c] = time(lambda: chunked.multi_node_mean_grad(link))
+        rows.append(("chunked (ours)", c, ours[c]))
+    default = ChunkedCommunicator(comm)
+    ours_ms = time(lambda: default.multi_node_mean_grad(link))
+    rows.append(("chunked (ours), default", DEFAULT_CHUNK_BYTES, ours_ms))
+    if comm.rank == 0:
+        print(f"{len(grads)} arrays, {n:,} float32 ({4 * n / 1e6:.1f} MB), {comm.size} ranks, "
+              f"median of {args.repeat}, slowest rank")
+        print(f"{'method':28} {'chunk':>9} {'ms':>8}")
+        for name, chunk, ms in rows:
+            print(f"{name:28} {'' if chunk is None else f'{chunk >> 10} KiB':>9} {ms:8.2f}")
+        naive_ms = rows[len(SWEEP) + 1][2]
+        print(json.dumps({
+            "ours_ms": round(ours_ms, 2), "naive_ms": round(naive_ms, 2),
+            "best_raw_ms": round(raw[best_chunk], 2),
+            "ratio_vs_best_raw": round(raw[best_chunk] / ours_ms, 3),
+            "speedup_vs_naive": round(naive_ms / ours_ms, 3),
+            "one_call_raw_ms": round(rows[0][2], 2), "best_raw_chunk_bytes": best_chunk,
+            "ours_chunk_bytes": DEFAULT_CHUNK_BYTES,
+            "best_ours_chunk_bytes": min(ours, key=ours.get), "arrays": len(grads),
+            "values": n, "ranks": comm.size}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

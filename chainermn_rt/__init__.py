@@ -1,0 +1,20 @@
+"""chainermn-rt: ChainerMN data-parallel training on today's stack, on Slurm clusters.
+
+Porting a single-process Chainer script (docs/porting.md)::
+
+    import chainermn, chainermn_rt
+    comm, device = chainermn_rt.setup()          # rank, GPU, communicator, abort hook
+    model.to_device(device)
+    optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+
+Importing this package is light: chainer and mpi4py load inside ``setup()``.
+"""
+
+from __future__ import annotations
+
+from chainermn_rt.communicators import create_communicator
+from chainermn_rt.job_env import JobEnvironment, LauncherMismatch, check_against_mpi
+from chainermn_rt.runtime import setup
+
+__all__ = ["JobEnvironment", "LauncherMismatch", "check_against_mpi", "create_communicator",
+           "setup"]

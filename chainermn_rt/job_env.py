@@ -1,0 +1,198 @@
+"""Which rank am I? One answer from whatever launched this process.
+
+``JobEnvironment.detect()`` reads the variables a launcher sets (Slurm's
+``srun``, Open MPI's ``mpirun``, a PMIx server, MPICH's or Intel MPI's Hydra)
+before MPI is initialised, so the per-rank step and the training process
+agree. ``check_against_mpi`` then compares it with MPI itself.
+
+Example::
+
+    >>> env = JobEnvironment.detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "3",
+    ...     "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_NUM_TASKS": "4",
+    ...     "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"})
+    >>> env.launcher, env.global_rank, env.world_size, env.local_rank, env.node_index
+    ('slurm', 3, 4, 1, 1)
+
+Kept free of heavy imports: ``chainermn-rt rank`` uses it on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from chainermn_rt.errors import UserError
+
+LAUNCHERS = ("slurm", "openmpi", "pmix", "hydra", "intelmpi", "none")
+# 0 in these fields means "the launcher does not say"; check_against_mpi fills them in.
+UNKNOWN = 0
+
+
+class LauncherMismatch(RuntimeError):
+    """The launcher's variables and MPI disagree about this rank (launcher/MPI mismatch)."""
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """This process's place in the job, as the launcher describes it."""
+
+    launcher: str
+    global_rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+    node_index: int
+    num_nodes: int
+    hostname: str
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str] | None = None) -> "JobEnvironment":
+        """Read ``environ`` (default ``os.environ``); a single process when no launcher is found.
+
+        Precedence: the MPI launcher that started the process directly (Open MPI,
+        Hydra/Intel MPI) over Slurm (whose batch-step variables leak into
+        ``mpirun``'s children), Slurm steps over bare PMIx (srun --mpi=pmix sets both).
+        """
+        env = os.environ if environ is None else environ
+        host = socket.gethostname()
+        for reader in (_openmpi, _hydra, _slurm, _pmix):
+            found = reader(env)
+            if found is not None:
+                return cls(hostname=host, **found)
+        return cls("none", 0, 1, 0, 1, 0, 1, host)
+
+    def describe(self) -> str:
+        """One line for logs, e.g. ``slurm: rank 3/4, local 1/2, node 1/2 on node1``."""
+        return (f"{self.launcher}: rank {self.global_rank}/{self.world_size}, "
+                f"local {self.local_rank}/{self.local_size}, "
+                f"node {self.node_index}/{self.num_nodes} on {self.hostname}")
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise UserError(f"environment variable {name} is missing; "
+                            "allowed: a non-negative integer")
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UserError(f"environment variable {name}={raw!r}; allowed: a non-negative integer")
+    return value
+
+
+def _first(env: Mapping[str, str], *names: str) -> str | None:
+    return next((n for n in names if env.get(n, "") != ""), None)
+
+
+def _tasks_per_node(spec: str, node: int, name: str) -> int:
+    """Slurm's compressed list, e.g. ``2(x3),1``: the count for node ``node``."""
+    counts: list[int] = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not match:
+            raise UserError(f"environment variable {name}={spec!r}; allowed: e.g. '2(x3),1'")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    if node >= len(counts):
+        raise UserError(f"environment variable {name}={spec!r} lists {len(counts)} nodes "
+                        f"but SLURM_NODEID is {node}")
+    return counts[node]
+
+
+def _uniform_node(rank: int, local_rank: int, local_size: int) -> int:
+    # Assumes block placement with equal ranks per node (the launchers' default).
+    return (rank - local_rank) // local_size if local_size else UNKNOWN
+
+
+def _slurm(env: Mapping[str, str]) -> dict | None:
+    # Only inside an srun step: the batch script itself also has SLURM_PROCID=0.
+    if _first(env, "SLURM_STEP_ID", "SLURM_STEPID") is None or "SLURM_PROCID" not in env:
+        return None
+    node = _int(env, "SLURM_NODEID", 0)
+    per_node = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+    ntasks = _first(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+    nnodes = _first(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
+    world = _int(env, ntasks) if ntasks else 1
+    return dict(launcher="slurm", global_rank=_int(env, "SLURM_PROCID"), world_size=world,
+                local_rank=_int(env, "SLURM_LOCALID", 0),
+                local_size=_tasks_per_node(env[per_node], node, per_node) if per_node else world,
+                node_index=node, num_nodes=_int(env, nnodes) if nnodes else 1)
+
+
+def _openmpi(env: Mapping[str, str]) -> dict | None:
+    if "OMPI_COMM_WORLD_RANK" not in env:
+        return None
+    rank = _int(env, "OMPI_COMM_WORLD_RANK")
+    local = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0)
+    local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1)
+    size = _int(env, "OMPI_COMM_WORLD_SIZE")
+    nodes = _first(env, "OMPI_MCA_orte_num_nodes", "OMPI_MCA_prte_num_nodes")
+    return dict(launcher="openmpi", global_rank=rank, world_size=size, local_rank=local,
+                local_size=local_size, node_index=_uniform_node(rank, local, local_size),
+                num_nodes=_int(env, nodes) if nodes else -(-size // local_size))
+
+
+def _hydra(env: Mapping[str, str]) -> dict | None:
+    if "PMI_RANK" not in env:
+        return None
+    rank = _int(env, "PMI_RANK")
+    size = _int(env, "PMI_SIZE", UNKNOWN)
+    local = _int(env, "MPI_LOCALRANKID", UNKNOWN)
+    local_size = _int(env, "MPI_LOCALNRANKS", UNKNOWN)
+    return dict(launcher="intelmpi" if _first(env, "I_MPI_ROOT", "I_MPI_HYDRA_BOOTSTRAP")
+                else "hydra", global_rank=rank, world_size=size, local_rank=local,
+                local_size=local_size, node_index=_uniform_node(rank, local, local_size),
+                num_nodes=-(-size // local_size) if local_size else UNKNOWN)
+
+
+def _pmix(env: Mapping[str, str]) -> dict | None:
+    # A PMIx server names the rank only; MPI supplies the rest (check_against_mpi).
+    if "PMIX_RANK" not in env:
+        return None
+    return dict(launcher="pmix", global_rank=_int(env, "PMIX_RANK"), world_size=UNKNOWN,
+                local_rank=UNKNOWN, local_size=UNKNOWN, node_index=UNKNOWN, num_nodes=UNKNOWN)
+
+
+def check_against_mpi(env: JobEnvironment, comm) -> JobEnvironment:
+    """Compare ``env`` with the mpi4py communicator ``comm``; return it completed by MPI.
+
+    Raises ``LauncherMismatch`` when rank or size disagree, e.g. every rank of an
+    ``srun`` step reporting rank 0 of 1 because mpi4py's MPI does not speak the
+    launcher's process-management interface. Fields the launcher left at 0
+    (``UNKNOWN``) are filled in from MPI.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if env.launcher != "none" and (env.global_rank, env.world_size or size) != (rank, size):
+        hint = (" Every rank seeing rank 0 of 1 means this MPI library was not started by "
+                "this launcher: use the launcher of the MPI mpi4py is built against "
+                "(with Slurm: srun --mpi=pmix for Open MPI), or mpirun from the same MPI."
+                if size == 1 else "")
+        raise LauncherMismatch(
+            f"launcher {env.launcher} says rank {env.global_rank} of {env.world_size} but "
+            f"MPI says rank {rank} of {size} on {env.hostname}.{hint}")
+    if env.launcher == "none" and size > 1:
+        raise LauncherMismatch(
+            f"no launcher variables found but MPI says rank {rank} of {size} on "
+            f"{env.hostname}: start ranks with srun or mpirun, which set them")
+    if UNKNOWN not in (env.world_size, env.local_size, env.num_nodes):
+        return env
+    return _complete_from_mpi(env, comm)
+
+
+def _complete_from_mpi(env: JobEnvironment, comm) -> JobEnvironment:
+    """Local and node numbers from MPI processor names (what ChainerMN uses too)."""
+    from mpi4py import MPI  # noqa: PLC0415 - only when MPI is in use
+
+    names = comm.allgather(MPI.Get_processor_name())
+    rank = comm.Get_rank()
+    nodes = list(dict.fromkeys(names))
+    mine = [r for r, n in enumerate(names) if n == names[rank]]
+    return replace(env, world_size=comm.Get_size(), local_rank=mine.index(rank),
+                   local_size=len(mine), node_index=nodes.index(names[rank]),
+                   num_nodes=len(nodes))
