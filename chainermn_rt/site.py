@@ -353,12 +353,15 @@ def load_site(path: str | Path) -> Site:
 
 def data_dir() -> Path:
     """slurm/ (templates, sites, sandbox files), in the checkout or inside the installed wheel."""
-    from importlib.resources import files
+    from importlib.util import find_spec
 
     try:
-        return Path(str(files("chainermn_rt.slurm")))
-    except ModuleNotFoundError:  # running from a checkout that is not installed
+        spec = find_spec("chainermn_rt.slurm")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:  # a checkout that is not installed
         return Path(__file__).resolve().parent.parent / "slurm"
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 def shipped_sites() -> list[str]:
