@@ -1,0 +1,53 @@
+"""Finished jobs as Slurm records them in the job completion file (``JobCompType=jobcomp/filetxt``).
+
+One line per finished job, ``Key=value`` pairs separated by spaces (values such as ``Name``
+and ``WorkDir`` may hold spaces themselves):
+
+>>> rec = parse_line("JobId=7 UserId=root(0) Name=my job JobState=TIMEOUT ExitCode=0:15")
+>>> rec["Name"], result(rec)
+('my job', FinalState(state='TIMEOUT', exit_code=0))
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+_SPLIT = re.compile(r" (?=[A-Za-z]+=)")
+
+
+class FinalState(NamedTuple):
+    """A finished job: its final state (``COMPLETED``, ``FAILED``, ``TIMEOUT``, ``CANCELLED``...) and exit code."""
+
+    state: str
+    exit_code: int
+
+
+def parse_line(line: str) -> dict[str, str]:
+    record = {}
+    for pair in _SPLIT.split(line.strip()):
+        key, _, value = pair.partition("=")
+        record[key] = value
+    return record
+
+
+def read_records(path: Path) -> dict[int, dict[str, str]]:
+    """Job id -> its record; a later line for the same id (a requeued job) wins."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return {}
+    records = {}
+    for line in text.splitlines():
+        rec = parse_line(line) if line.startswith("JobId=") else {}
+        if rec.get("JobId", "").isdigit():
+            records[int(rec["JobId"])] = rec
+    return records
+
+
+def result(record: dict[str, str]) -> FinalState:
+    """Exit code of the batch script (the number before ``:``; after it is the signal)."""
+    code = record.get("ExitCode", "0:0").partition(":")[0]
+    return FinalState(state=record["JobState"].split()[0],
+                     exit_code=int(code) if code.isdigit() else -1)
