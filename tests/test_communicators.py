@@ -1,0 +1,33 @@
+"""The chunked CPU communicator equals ChainerMN's naive one bit for bit (2 real ranks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_mpi
+
+from chainermn_rt.communicators import resolve_name
+from chainermn_rt.errors import UserError
+
+
+@pytest.mark.mpi
+def test_chunked_equals_naive_two_ranks():
+    proc = run_mpi(2, ["tests/programs/communicators_equal.py"], timeout=300)
+    rows = sorted((json.loads(line) for line in proc.stdout.splitlines()),
+                  key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1]
+    # 3 dtypes x 2 zero_fill modes x 4 chunk sizes, plus mixed and non-contiguous
+    assert [r["cases"] for r in rows] == [26, 26]
+    assert rows[0]["checksum"] == rows[1]["checksum"] != 0  # both ranks saw the same means
+
+
+def test_auto_resolves_by_gpu():
+    assert resolve_name("auto", gpu=False) == "chunked"
+    assert resolve_name("auto", gpu=True) == "pure_nccl"
+    assert resolve_name("naive") == "naive"
+
+
+def test_unknown_name_is_a_user_error():
+    with pytest.raises(UserError, match="communicator 'fast'; allowed: auto, chunked"):
+        resolve_name("fast")
