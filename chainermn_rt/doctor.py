@@ -1,0 +1,221 @@
+"""Checks that the MPI / UCX / NCCL / mpi4py / chainer stack here is the one it should be.
+
+Each check returns a ``Check`` whose status is ``ok``, ``FAIL`` or ``n/a`` (does not
+apply to this flavour, e.g. CUDA in the cpu image: never counted as passed).
+``image=True`` also compares with the image's VERSIONS file (containers/versions.toml
+and pyproject.toml at build time).
+
+Example::
+
+    >>> checks = run_checks(image=False)          # doctest: +SKIP
+    >>> print(format_line(checks[0]))             # doctest: +SKIP
+    ok    flavor         cpu (no CuPy importable here)
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import tomllib
+
+VERSIONS_FILE = Path(os.environ.get("CHAINERMN_RT_VERSIONS", "/opt/chainermn_rt/VERSIONS"))
+OK, FAIL, NA = "ok", "FAIL", "n/a"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    reason: str
+
+
+def format_line(check: Check) -> str:
+    return f"{check.status:<5} {check.name:<14} {check.reason}"
+
+
+def _tool(argv: list[str]) -> tuple[int, str]:
+    """(exit status, stdout+stderr) of a tool; 127 when it is not installed."""
+    if shutil.which(argv[0]) is None:
+        return 127, f"{argv[0]} not found on PATH"
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _base(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def read_versions(path: Path = VERSIONS_FILE) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def flavor_check(image: bool, versions: dict | None) -> Check:
+    if image:
+        if versions is None:
+            return Check("flavor", FAIL, f"{VERSIONS_FILE} missing: not a chainermn-rt image")
+        return Check("flavor", OK, f"{versions.get('flavor')} (from {VERSIONS_FILE})")
+    try:
+        importlib.import_module("cupy")
+        return Check("flavor", OK, "gpu (CuPy importable)")
+    except ImportError:
+        return Check("flavor", OK, "cpu (no CuPy importable here)")
+
+
+def ompi_params() -> tuple[Check, dict[str, str]]:
+    rc, out = _tool(["ompi_info", "--parsable", "--all"])
+    if rc != 0:
+        return Check("mpi", FAIL, out.strip().splitlines()[-1] if out.strip() else f"rc {rc}"), {}
+    params = {}
+    for line in out.splitlines():
+        key, _, value = line.rpartition(":")
+        params[key] = value
+    version = params.get("ompi:version:full", "?")
+    return Check("mpi", OK, f"Open MPI {version} ({shutil.which('ompi_info')})"), params
+
+
+def cuda_mpi_check(flavor: str, params: dict[str, str]) -> Check:
+    value = params.get("mca:mpi:base:param:mpi_built_with_cuda_support:value")
+    if flavor != "gpu":
+        return Check("mpi-cuda", NA, f"cpu flavour (mpi_built_with_cuda_support={value})")
+    if value == "true":
+        return Check("mpi-cuda", OK, "mpi_built_with_cuda_support=true")
+    return Check("mpi-cuda", FAIL, f"mpi_built_with_cuda_support={value}: Open MPI is not CUDA-aware")
+
+
+def ucx_check(flavor: str) -> Check:
+    if flavor != "gpu":
+        return Check("ucx", NA, "cpu flavour uses Debian's Open MPI shared memory / TCP")
+    rc, out = _tool(["ucx_info", "-d"])
+    if rc != 0:
+        return Check("ucx", FAIL, out.strip()[-200:])
+    transports = set(re.findall(r"Transport:\s*(\S+)", out))
+    cuda = sorted(t for t in transports if t.startswith(("cuda", "gdr")))
+    ib = sorted(t for t in transports if t.endswith(("verbs", "mlx5")) or t in ("rc", "ud", "dc"))
+    if not ib:  # no HCA on this host: the build must still carry the IB modules
+        _, built = _tool(["ucx_info", "-b"])
+        if re.search(r'uct_MODULES\s+"[^"]*\bib\b', built):
+            ib = ["ib (built; no HCA here)"]
+    if cuda and ib:
+        return Check("ucx", OK, f"transports cuda: {', '.join(cuda)}; ib: {', '.join(ib)}")
+    return Check("ucx", FAIL, f"ucx_info -d lists {sorted(transports)}: needs cuda and ib")
+
+
+def nccl_check(flavor: str) -> Check:
+    if flavor != "gpu":
+        return Check("nccl", NA, "cpu flavour has no CuPy")
+    try:
+        from cupy.cuda import nccl
+    except ImportError as err:
+        return Check("nccl", FAIL, f"cupy.cuda.nccl: {err}")
+    if not getattr(nccl, "available", False):
+        return Check("nccl", FAIL, "cupy.cuda.nccl.available is False: libnccl.so.2 not found")
+    return Check("nccl", OK, f"NCCL {nccl.get_version()} through CuPy")
+
+
+def _loaded_libmpi() -> str | None:
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split()[-1]
+        if re.search(r"/libmpi\.so(\.|$)", path):
+            return path
+    return None
+
+
+def _ompi_info_libmpi() -> str | None:
+    """The libmpi.so that this machine's ompi_info is linked with (ldd)."""
+    rc, out = _tool(["ldd", shutil.which("ompi_info") or "ompi_info"])
+    match = re.search(r"libmpi\.so\S*\s+=>\s+(\S+)", out) if rc == 0 else None
+    return match.group(1) if match else None
+
+
+def mpi4py_check() -> Check:
+    try:
+        import mpi4py
+
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = False
+        from mpi4py import MPI
+    except Exception as err:  # noqa: BLE001 - any failure to load is the finding
+        return Check("mpi4py", FAIL, f"import mpi4py.MPI: {err}")
+    lib = _loaded_libmpi()
+    if lib is None:
+        return Check("mpi4py", FAIL, "no libmpi.so mapped after importing mpi4py.MPI")
+    reason = f"mpi4py {mpi4py.__version__} uses {lib} ({MPI.Get_library_version().splitlines()[0]})"
+    ours = _ompi_info_libmpi()
+    if ours is None or Path(lib).resolve() != Path(ours).resolve():
+        return Check("mpi4py", FAIL, f"{reason}, not the libmpi of ompi_info ({ours})")
+    if "Open MPI" not in MPI.Get_library_version():
+        return Check("mpi4py", FAIL, f"{reason}: not Open MPI")
+    return Check("mpi4py", OK, reason)
+
+
+def imports_check() -> Check:
+    try:
+        import chainer
+        import chainermn  # noqa: F401
+
+        import chainermn_rt  # noqa: F401
+    except Exception as err:  # noqa: BLE001
+        return Check("imports", FAIL, f"import chainer, chainermn, chainermn_rt: {err}")
+    return Check("imports", OK, f"chainer {chainer.__version__}, chainermn, chainermn_rt")
+
+
+def _expected_python() -> dict[str, str]:
+    pins = {}
+    for req in importlib.metadata.requires("chainermn-rt") or []:
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^;\s]+)\s*(;.*)?", req)
+        if match and not match.group(3):
+            pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+    return pins
+
+
+def versions_check(image: bool, versions: dict | None, params: dict[str, str]) -> Check:
+    expected = dict(_expected_python())
+    system = {}
+    if image and versions:
+        expected.update(versions.get("python", {}))
+        system = versions.get("system", {})
+    wrong = []
+    for name, want in sorted(expected.items()):
+        try:
+            have = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            wrong.append(f"{name} missing (want {want})")
+            continue
+        if _base(have) != want:
+            wrong.append(f"{name} {have} (want {want})")
+    if "openmpi" in system and params.get("ompi:version:full") != system["openmpi"]:
+        wrong.append(f"openmpi {params.get('ompi:version:full')} (want {system['openmpi']})")
+    if "ucx" in system:
+        _, out = _tool(["ucx_info", "-v"])
+        have = re.search(r"Library version:\s*(\S+)", out)
+        if not have or have.group(1) != system["ucx"]:
+            wrong.append(f"ucx {have.group(1) if have else '?'} (want {system['ucx']})")
+    if wrong:
+        return Check("versions", FAIL, "; ".join(wrong))
+    what = "VERSIONS and pyproject pins" if image else "pyproject pins"
+    return Check("versions", OK, f"{len(expected) + len(system)} versions match the {what}")
+
+
+def run_checks(image: bool) -> list[Check]:
+    versions = read_versions() if image else None
+    checks = [flavor_check(image, versions)]
+    flavor = (versions or {}).get("flavor") or checks[0].reason.split()[0]
+    mpi, params = ompi_params()
+    checks += [mpi, cuda_mpi_check(flavor, params), ucx_check(flavor), nccl_check(flavor),
+               mpi4py_check(), imports_check(), versions_check(image, versions, params)]
+    return checks
+
+
+def as_json(checks: list[Check]) -> list[dict]:
+    return [asdict(c) for c in checks]

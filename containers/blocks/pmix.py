@@ -1,0 +1,33 @@
+"""OpenPMIx, so that Open MPI runs under ``srun --mpi=pmix``; from a pinned tarball.
+
+Example::
+
+    >>> step = build({"version": "4.2.9", "url": "https://x/pmix.tar.bz2", "sha256": "ab"})
+    >>> print(step.commands[6])
+    ./configure --prefix=/opt/pmix --with-libevent=/usr --with-hwloc=/usr --disable-sphinx
+"""
+
+from __future__ import annotations
+
+from containers.blocks import source
+from containers.recipe import Copy, Run
+
+PREFIX = "/opt/pmix"
+BUILD_PACKAGES = ["libevent-dev", "libhwloc-dev", "zlib1g-dev"]
+RUNTIME_PACKAGES = ["libevent-2.1-7t64", "libevent-pthreads-2.1-7t64", "libhwloc15", "zlib1g"]
+
+
+def build(pin: dict) -> Run:
+    return Run((*source.fetch("pmix", pin),
+                "cd /tmp/src/pmix",
+                (f"./configure --prefix={PREFIX} --with-libevent=/usr --with-hwloc=/usr"
+                " --disable-sphinx"),
+                'make -j"$(nproc)" install',
+                "cd /",
+                source.cleanup("pmix")),
+               comment=f"PMIx {pin['version']}", network=True,
+               ignore=(("DL3003", "configure and make run in the unpacked tree of this one step"),))
+
+
+def runtime() -> list:
+    return [Copy(PREFIX, PREFIX, from_stage="build")]

@@ -1,0 +1,34 @@
+"""UCX with CUDA, verbs, rdmacm and gdrcopy, from a pinned tarball.
+
+Example::
+
+    >>> step = build({"version": "1.18.1", "url": "https://x/ucx.tar.gz", "sha256": "ab"})
+    >>> print(step.commands[5])
+    cd /tmp/src/ucx
+    >>> "--with-gdrcopy=/opt/gdrcopy" in step.commands[6]
+    True
+"""
+
+from __future__ import annotations
+
+from containers.blocks import gdrcopy, source
+from containers.recipe import Copy, Run
+
+PREFIX = "/opt/ucx"
+
+
+def build(pin: dict, cuda: str = "/usr/local/cuda") -> Run:
+    return Run((*source.fetch("ucx", pin),
+                "cd /tmp/src/ucx",
+                (f"./contrib/configure-release --prefix={PREFIX} --with-cuda={cuda} --with-verbs"
+                f" --with-rdmacm --with-gdrcopy={gdrcopy.PREFIX} --enable-mt --without-java"
+                " --disable-doxygen-doc --disable-logging"),
+                'make -j"$(nproc)" install',
+                "cd /",
+                source.cleanup("ucx")),
+               comment=f"UCX {pin['version']} with CUDA, verbs, rdmacm and gdrcopy", network=True,
+               ignore=(("DL3003", "configure and make run in the unpacked tree of this one step"),))
+
+
+def runtime() -> list:
+    return [Copy(PREFIX, PREFIX, from_stage="build")]

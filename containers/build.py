@@ -1,0 +1,168 @@
+"""Build the images with whatever engine this machine has: docker, podman or buildah; then SIF/SquashFS.
+
+Example::
+
+    python containers/build.py image --flavor cpu            # engine found on PATH, or ENGINE=
+    python containers/build.py image --flavor cpu --base chainermn-rt/base:bookworm
+    python containers/build.py sif --flavor cpu              # apptainer or singularity
+    python containers/build.py sqfs --flavor cpu             # Charliecloud SquashFS (ch-convert)
+
+Docker builds go to this checkout's own dockerd (containers/dockerd.py) unless
+DOCKER_HOST is set. The build host's CA bundle reaches the build as a secret only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from containers.dockerd import DOCKER, Dockerd
+from containers.flavors import FLAVORS
+from containers.recipe import CA_BUNDLE, CA_SECRET
+from containers.versions import load, package_version
+
+REPO = Path(__file__).resolve().parent.parent
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+ENGINES = ("docker", "podman", "buildah")
+OUT = REPO / "build" / "images"
+
+
+class BuildError(RuntimeError):
+    """A build tool is missing or failed; the message says which and what to do."""
+
+
+def tag(flavor: str) -> str:
+    return f"{load()['image']['name']}:{package_version()}-{flavor}"
+
+
+def find_engine(requested: str | None = None) -> str:
+    if requested:
+        if requested not in ENGINES:
+            raise BuildError(f"ENGINE={requested}; allowed: {', '.join(ENGINES)}")
+        if requested == "docker" and not os.access(DOCKER, os.X_OK):
+            raise BuildError(f"{DOCKER} is missing: install docker.io")
+        if requested != "docker" and shutil.which(requested) is None:
+            raise BuildError(f"ENGINE={requested} but {requested} is not installed")
+        return requested
+    if os.access(DOCKER, os.X_OK):
+        return "docker"
+    for name in ENGINES[1:]:
+        if shutil.which(name):
+            return name
+    raise BuildError("no container engine: install docker.io, podman or buildah")
+
+
+def build_argv(engine: str, flavor: str, base: str | None) -> list[str]:
+    dockerfile = REPO / "containers" / flavor / "Dockerfile"
+    argv = {"docker": [DOCKER, "build"], "podman": ["podman", "build"],
+            "buildah": ["buildah", "bud", "--isolation", "chroot", "--pull-never"]}[engine]
+    argv += ["--network", "host", "-f", str(dockerfile), "-t", tag(flavor)]
+    if HOST_CA.exists():
+        argv += ["--secret", f"id={CA_SECRET},src={HOST_CA}"]
+    if base:
+        argv += ["--build-arg", f"BUILD_BASE={base}", "--build-arg", f"RUNTIME_BASE={base}"]
+    return argv + [str(REPO)]
+
+
+def image(flavor: str, engine_name: str | None, base: str | None) -> float:
+    """Build the flavour's image; returns the seconds it took."""
+    engine = find_engine(engine_name)
+    argv = build_argv(engine, flavor, base)
+    start = time.monotonic()
+    if engine == "docker" and not os.environ.get("DOCKER_HOST"):
+        with Dockerd() as daemon:
+            rc = subprocess.run(argv, env=daemon.env(), check=False).returncode
+    else:
+        rc = subprocess.run(argv, env=dict(os.environ, DOCKER_BUILDKIT="1"),
+                            check=False).returncode
+    if rc != 0:
+        raise BuildError(f"{' '.join(argv[:2])} of {flavor} exited {rc}")
+    seconds = time.monotonic() - start
+    print(f"built {tag(flavor)} with {engine} in {seconds:.0f} s")
+    return seconds
+
+
+def sif(flavor: str, from_image: bool) -> Path:
+    tool = shutil.which("apptainer") or shutil.which("singularity")
+    if tool is None:
+        raise BuildError("neither apptainer nor singularity is installed: install Apptainer "
+                         "(https://apptainer.org/docs/admin/main/installation.html) or build the "
+                         "SIF on a machine that has it from containers/"
+                         f"{flavor}/chainermn-rt.def")
+    OUT.mkdir(parents=True, exist_ok=True)
+    target = OUT / f"chainermn-rt-{flavor}.sif"
+    if from_image:
+        argv = [tool, "build", "--force", str(target), f"docker-daemon://{tag(flavor)}"]
+    else:
+        argv = [tool, "build", "--force", "--bind", f"{HOST_CA}:{CA_BUNDLE}", str(target),
+                str(REPO / "containers" / flavor / "chainermn-rt.def")]
+    subprocess.run(argv, check=True, cwd=REPO)
+    return target
+
+
+def charliecloud_env() -> dict[str, str]:
+    """ch-* need Debian's python3 (lark) first on PATH and USER set."""
+    env = Dockerd().env() if not os.environ.get("DOCKER_HOST") else dict(os.environ)
+    env["PATH"] = "/usr/bin:/usr/sbin:" + env.get("PATH", "")
+    env.setdefault("USER", "root")
+    return env
+
+
+def charliecloud(flavor: str, fmt: str) -> Path:
+    """Convert the built Docker image to a Charliecloud directory (``dir``) or SquashFS."""
+    if shutil.which("ch-convert") is None:
+        raise BuildError("ch-convert is missing: install charliecloud")
+    OUT.mkdir(parents=True, exist_ok=True)
+    target = OUT / (f"chainermn-rt-{flavor}" + (".sqfs" if fmt == "squash" else ""))
+    if target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    with Dockerd() if not os.environ.get("DOCKER_HOST") else _null():
+        subprocess.run(["ch-convert", "-i", "docker", "-o", fmt, tag(flavor), str(target)],
+                       check=True, env=charliecloud_env())
+    return target
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["image", "sif", "sqfs", "chdir", "tag"])
+    parser.add_argument("--flavor", default="cpu", choices=FLAVORS)
+    parser.add_argument("--engine", default=os.environ.get("ENGINE") or None)
+    parser.add_argument("--base", default=os.environ.get("BASE") or None,
+                        help="base image for both stages (e.g. the one `make base` made)")
+    parser.add_argument("--from-definition", action="store_true",
+                        help="sif: build from the .def instead of the built image")
+    args = parser.parse_args(argv)
+    try:
+        if args.what == "image":
+            image(args.flavor, args.engine, args.base)
+        elif args.what == "sif":
+            print(sif(args.flavor, not args.from_definition))
+        elif args.what == "tag":
+            print(tag(args.flavor))
+        else:
+            print(charliecloud(args.flavor, "squash" if args.what == "sqfs" else "dir"))
+    except BuildError as err:
+        print(f"containers/build.py {args.what}: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

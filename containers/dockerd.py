@@ -1,0 +1,139 @@
+"""A private Docker engine for builds: start dockerd, use it, stop it by its PID.
+
+The build host need not run a Docker service: this starts Debian's dockerd with
+its own data root, exec root, pidfile and socket under ``build/docker`` (no
+iptables, no bridge: builds use the host network) and stops exactly that
+process. The Makefile and the test suite's session fixture share it.
+
+Example::
+
+    python containers/dockerd.py exec -- docker build ...   # start if needed, run, stop if started
+    python containers/dockerd.py start; python containers/dockerd.py stop
+
+or from Python::
+
+    with Dockerd() as engine:
+        subprocess.run([engine.docker, "info"], env=engine.env(), check=True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STATE = REPO / "build" / "docker"
+# Debian's client; another `docker` may come first on PATH.
+DOCKER = "/usr/bin/docker"
+DOCKERD = "/usr/sbin/dockerd"
+
+
+class Dockerd:
+    """One dockerd owned by this checkout; ``start`` reuses a running one, ``stop`` ends only its own."""
+
+    def __init__(self, state: Path = STATE) -> None:
+        self.state = Path(state)
+        self.socket = self.state / "docker.sock"
+        self.pidfile = self.state / "dockerd.pid"
+        self.log = self.state / "dockerd.log"
+        self.docker = DOCKER
+        self.started_here = False
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for clients: this engine's socket, BuildKit on, Debian's tools first."""
+        env = dict(os.environ, DOCKER_HOST=self.host, DOCKER_BUILDKIT="1")
+        env["PATH"] = "/usr/bin:/usr/sbin:" + env.get("PATH", "")
+        return env
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text().strip())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def responding(self) -> bool:
+        return subprocess.run([self.docker, "version"], env=self.env(), capture_output=True,
+                              timeout=30, check=False).returncode == 0
+
+    def start(self, timeout: float = 60) -> Dockerd:
+        if self.pid() and self.responding():
+            return self
+        for path in (DOCKER, DOCKERD):
+            if not os.access(path, os.X_OK):
+                raise RuntimeError(f"{path} is missing: install Debian's docker.io (`make apt`)")
+        (self.state / "data").mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            proc = subprocess.Popen(
+                [DOCKERD, "--iptables=false", "--ip-masq=false", "--bridge=none",
+                 "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
+                 "--pidfile", str(self.pidfile), "-H", self.host],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"dockerd exited {proc.returncode}; see {self.log}")
+            if self.socket.exists() and self.responding():
+                self.started_here = True
+                return self
+            time.sleep(0.5)
+        proc.terminate()
+        raise RuntimeError(f"dockerd did not answer within {timeout:.0f} s; see {self.log}")
+
+    def stop(self, timeout: float = 60) -> None:
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return
+            time.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)
+
+    def __enter__(self) -> Dockerd:  # noqa: PYI034 - returns the started engine
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        if self.started_here:
+            self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["start", "stop", "status", "exec"])
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="for exec: the command, after --, run with DOCKER_HOST set")
+    args = parser.parse_args(argv)
+    engine = Dockerd()
+    if args.action == "start":
+        engine.start()
+        print(engine.host)
+    elif args.action == "stop":
+        engine.stop()
+    elif args.action == "status":
+        print(f"running pid {engine.pid()} at {engine.host}" if engine.pid() else "not running")
+        return 0 if engine.pid() else 1
+    else:
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        with engine:
+            return subprocess.run(command, env=engine.env(), check=False).returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The committed recipes: generated from one source of truth, in step with each other, lint clean."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from conftest import PYTHON, REPO
+
+sys.path.insert(0, str(REPO))
+
+from containers import generate
+from containers.base import mirror_from_apt
+from containers.flavors import FLAVORS, recipe
+from containers.recipe import CA_PRELUDE, Copy, Recipe, Run, Stage
+from containers.versions import load, python_pins
+
+HADOLINT = Path(PYTHON).parent / "hadolint"
+
+
+def test_committed_recipes_match_the_generator():
+    proc = subprocess.run([PYTHON, "containers/generate.py", "--check"], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_check_names_a_drifted_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(generate, "HERE", tmp_path / "containers")
+    assert generate.main([]) == 0  # writes a fresh set under tmp_path
+    dockerfile = tmp_path / "containers" / "cpu" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("4.1.2", "4.1.1"))
+    assert generate.main(["--check"]) == 1
+    assert generate.main(["--check", "gpu"]) == 0
+
+
+def _docker_stages(text: str) -> dict[str, dict]:
+    """A small reader of our Dockerfiles: per stage base, copies, env, labels, RUN commands."""
+    text = re.sub(r"\s*\\\n\s*", " ", text)
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, flags=re.MULTILINE))
+    stages, cur = {}, None
+    for line in text.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "FROM":
+            base, name = re.fullmatch(r"\$\{(\w+)\} AS (\S+)", rest).groups()
+            cur = stages[name] = {"base": args[base], "files": [], "from": {}, "env": [],
+                                  "labels": [], "run": [], "user": None}
+        elif word == "COPY":
+            frm = re.match(r"--from=(\S+) (.*)", rest)
+            if frm:
+                cur["from"].setdefault(frm.group(1), []).append(frm.group(2))
+            else:
+                cur["files"].append(rest)
+        elif word in ("ENV", "LABEL"):
+            pairs = re.findall(r'(\S+?)="((?:[^"\\]|\\.)*)"', rest)
+            cur["env" if word == "ENV" else "labels"] += pairs
+        elif word == "RUN":
+            rest = re.sub(r"^--mount=\S+ ", "", rest)
+            cur["run"] += [c for c in rest.split(" && ") if c != CA_PRELUDE]
+        elif word == "USER":
+            cur["user"] = rest
+    return stages
+
+
+def _pair(line: str, sep: str) -> tuple[str, str]:
+    key, value = line.split(sep, 1)
+    value = value.strip().strip('"')
+    default = re.fullmatch(rf"\$\{{{re.escape(key)}:-(.*)\}}", value)
+    return key, default.group(1) if default else value
+
+
+@pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f}-flavour")
+def test_singularity_definition_describes_the_dockerfile(flavor):
+    from spython.main.parse.parsers import SingularityParser
+
+    folder = REPO / "containers" / flavor
+    docker = _docker_stages((folder / "Dockerfile").read_text())
+    sing = SingularityParser(str(folder / "chainermn-rt.def")).recipe
+    assert list(sing) == list(docker) == ["build", "runtime"]
+    for name, d in docker.items():
+        s = sing[name]
+        assert s.fromHeader == d["base"]
+        assert s.files == d["files"]
+        assert s.layer_files == d["from"]
+        assert [_pair(e, "=") for e in s.environ] == d["env"]
+        assert [tuple(label.split(" ", 1)) for label in s.labels] == d["labels"]
+        post = [c for c in s.install if c not in ("set -eu", CA_PRELUDE)
+                and not c.startswith(("#", "export "))]
+        assert post == d["run"]
+    assert docker["runtime"]["user"] == f"{load()['image']['uid']}:{load()['image']['uid']}"
+
+
+@pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f}-flavour")
+def test_hadolint_clean(flavor):
+    dockerfile = REPO / "containers" / flavor / "Dockerfile"
+    proc = subprocess.run([str(HADOLINT), "--failure-threshold", "info", str(dockerfile)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = dockerfile.read_text()
+    for ignored in re.findall(r"# hadolint ignore=(\S+)", text):
+        for rule in ignored.split(","):
+            assert re.search(rf"^# {rule}: \S", text, flags=re.MULTILINE), f"{rule} ignored without a reason"
+
+
+def test_hadolint_catches_a_broken_recipe(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text((REPO / "containers/cpu/Dockerfile").read_text()
+                   .replace("--no-install-recommends ", ""))
+    proc = subprocess.run([str(HADOLINT), str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "DL3015" in proc.stdout
+
+
+def test_python_pins_are_not_repeated_in_versions_toml():
+    text = (REPO / "containers/versions.toml").read_text().lower()
+    for name in python_pins(("gpu",)):
+        assert not re.search(rf"^\s*\[?{re.escape(name)}\]?\s*=?", text, flags=re.MULTILINE), name
+
+
+def test_every_source_tarball_is_pinned_by_sha256():
+    sources = {k: v for k, v in load().items() if isinstance(v, dict) and "url" in v}
+    assert set(sources) == {"gdrcopy", "ucx", "pmix", "openmpi"}
+    for name, pin in sources.items():
+        assert re.fullmatch(r"[0-9a-f]{64}", pin["sha256"]), name
+        assert pin["version"] in pin["url"], name
+
+
+def test_versions_file_lists_the_stack():
+    cpu = tomllib.loads((REPO / "containers/cpu/VERSIONS").read_text())
+    gpu = tomllib.loads((REPO / "containers/gpu/VERSIONS").read_text())
+    assert cpu["flavor"] == "cpu" and cpu["system"]["openmpi"] == load()["debian"]["openmpi"]
+    assert cpu["python"] == python_pins()
+    assert "cupy-cuda12x" not in cpu["python"]
+    assert gpu["python"]["cupy-cuda12x"].startswith("13.")
+    assert gpu["python"]["nvidia-cudnn-cu12"].startswith("8.9.")
+    assert gpu["system"]["openmpi"].startswith(("4.1.", "5.0."))
+
+
+def test_gpu_recipe_has_the_whole_stack():
+    text = (REPO / "containers/gpu/Dockerfile").read_text()
+    for needle in ("nvidia/cuda:12.", "libibverbs-dev", "librdmacm-dev", "--with-cuda=/usr/local/cuda",
+                   "--with-ucx=/opt/ucx", "--with-pmix=/opt/pmix", "--with-gdrcopy=/opt/gdrcopy",
+                   "--with-verbs", "MPICC=/opt/openmpi/bin/mpicc", "'/opt/chainermn_rt/src[gpu]'",
+                   'OMPI_MCA_pml="ucx"', "sha256sum -c"):
+        assert needle in text, needle
+    runtime = text.split(" AS runtime", 1)[1]
+    assert "build-essential" not in runtime and "-dev" not in runtime
+
+
+def test_a_copy_that_singularity_would_reorder_is_refused():
+    stage = Stage("build", "b:1", [Run(("make -C /src",)), Copy("x", "/src")])
+    with pytest.raises(ValueError, match="COPY to /src follows a RUN"):
+        Recipe("bad", [stage]).check()
+
+
+def test_dockerignore_keeps_only_what_the_recipe_copies():
+    keep = [line[1:] for line in (REPO / "containers/cpu/Dockerfile.dockerignore").read_text()
+            .splitlines() if line.startswith("!")]
+    copied = [c.src for s in recipe("cpu").stages for c in s.steps
+              if isinstance(c, Copy) and c.from_stage is None]
+    assert sorted(keep) == sorted(copied)
+
+
+def test_mirror_is_read_from_apt(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.invalid/debian/\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n\nTypes: deb\nURIs: http://sec.invalid/debian-security\n"
+        "Suites: bookworm-security\n")
+    assert mirror_from_apt(tmp_path) == "http://mirror.invalid/debian"
+    (tmp_path / "sources.list.d" / "debian.sources").unlink()
+    (tmp_path / "sources.list").write_text("# deb http://no.invalid bookworm main\n"
+                                           "deb [signed-by=/k.gpg] http://one.invalid/d bookworm main\n")
+    assert mirror_from_apt(tmp_path) == "http://one.invalid/d"
+    (tmp_path / "sources.list").write_text("")
+    with pytest.raises(RuntimeError, match="no 'deb' source for bookworm"):
+        mirror_from_apt(tmp_path)
+
+
+def test_no_mirror_host_is_written_in_the_repository():
+    for path in (REPO / "containers").rglob("*"):
+        if path.is_file() and path.suffix in ("", ".py", ".toml", ".def"):
+            assert "deb.debian.org" not in path.read_text(errors="replace"), path
