@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["fixtures_sandbox"]  # the session-scoped `sandbox` fixture (real Slurm)
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 IN_CI = os.environ.get("CI", "").lower() == "true"

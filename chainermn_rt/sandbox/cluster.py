@@ -332,7 +332,8 @@ class Sandbox:
             self._save(record)
 
         munge = state / "munge"
-        start("munged", ["munged", "--foreground", f"--key-file={munge / 'munge.key'}",
+        # --force: the state folder may sit below a folder only root can search (pytest's tmp).
+        start("munged", ["munged", "--foreground", "--force", f"--key-file={munge / 'munge.key'}",
                          f"--socket={munge / 'munge.socket'}", f"--pid-file={munge / 'munged.pid'}",
                          f"--log-file={state / 'log' / 'munged.log'}",
                          f"--seed-file={munge / 'munged.seed'}"])

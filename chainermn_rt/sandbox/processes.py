@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -46,11 +45,15 @@ def reap(pid: int) -> None:
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str]) -> dict:
-    """Start a daemon in the foreground in its own session, its output appended to ``log``."""
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True, close_fds=True)
-    return {"pid": proc.pid, "start": start_time(proc.pid), "argv": argv}
+    """Start a daemon in the foreground in its own session, its output appended to ``log``.
+
+    posix_spawn, not Popen: the daemon outlives this process, which never waits for it.
+    """
+    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+               (os.POSIX_SPAWN_DUP2, 1, 2)]
+    pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+    return {"pid": pid, "start": start_time(pid), "argv": argv}
 
 
 def stop(procs: list[dict], grace: float = 10.0) -> list[dict]:
