@@ -53,7 +53,8 @@ def compare(site: Site) -> list[str]:
             if cpus != p.cpus_per_node:
                 diffs.append(f"node {name}: cpus_per_node {p.cpus_per_node} in the profile "
                              f"(partition {p.name}), CPUTot={cpus} in Slurm")
-            if gpus != p.topology.gpus:
+            # A CPU-only topology may run on GPU nodes; a GPU topology must match them.
+            if p.topology.gpus and gpus != p.topology.gpus:
                 diffs.append(f"node {name}: {p.topology.gpus} GPUs in topology "
                              f"{p.topology.name!r}, Gres={node.get('Gres', '(none)')} in Slurm")
             mem = int(node.get("RealMemory", "0"))
