@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["up", "down", "status", "exec", "env"],
                         help="up, down, status; exec -- CMD runs a client command on the "
                              "sandbox; env prints the lines to source for client commands")
-    parser.add_argument("argv", nargs=argparse.REMAINDER, help="exec: the command after --")
+    parser.add_argument("argv", nargs="*", help="exec: the command, after --")
     parser.add_argument("--site", default="sandbox",
                         help="the sandbox's site profile (default: the shipped 'sandbox')")
     parser.add_argument("--state", default=None,

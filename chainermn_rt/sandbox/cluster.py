@@ -61,7 +61,7 @@ class Sandbox:
 
     @classmethod
     def from_profile(cls, site: str | Path = "sandbox", nodes: int | None = None,
-                     state_dir: str | Path | None = None) -> "Sandbox":
+                     state_dir: str | Path | None = None) -> Sandbox:
         loaded = load_site(resolve_site(str(site)))
         return cls(loaded, sandbox_settings(loaded, nodes=nodes, state_dir=state_dir))
 
@@ -192,8 +192,8 @@ class Sandbox:
                 f"{len(record['nodes'])} nodes), {where}")
         if record["mode"] == "loopback":
             head += "\n  loopback mode: every node is 127.0.0.1; Open MPI uses TCP only"
-        tail = [f"  client commands: . {self.state_dir / 'env.sh'}  (or chainermn-rt sandbox exec"
-                " -- sbatch job.sh)"]
+        tail = [(f"  client commands: . {self.state_dir / 'env.sh'}"
+                 "  (or chainermn-rt sandbox exec -- sbatch job.sh)")]
         return Status(up=ok, mode=record["mode"], nodes=nodes, lines=[head, *lines, *tail])
 
     def _node_states(self) -> dict[str, str]:
@@ -205,7 +205,8 @@ class Sandbox:
         return {p[0]: p[1].lower() for p in pairs if len(p) == 2}
 
     def up(self, mode: str = "auto") -> str:
-        """Start the sandbox (idempotent). ``mode``: auto (netns, else loopback), netns, loopback."""
+        """Start the sandbox (idempotent). ``mode``: auto (netns, else loopback), netns,
+        loopback."""
         if mode not in ("auto", *MODES):
             raise UserError(f"--mode: {mode!r} is not allowed; allowed: auto, {', '.join(MODES)}")
         if self._record() is not None:
@@ -256,7 +257,7 @@ class Sandbox:
         os.chmod(state / "munge", 0o755)  # munged: its socket folder must be searchable
 
     def _ip(self, *args: str) -> None:
-        proc = subprocess.run(["ip", *args], capture_output=True, text=True)
+        proc = subprocess.run(["ip", *args], check=False, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
 
@@ -293,7 +294,8 @@ class Sandbox:
         problems = []
         for ns in list(record["netns"]):
             if Path(f"/run/netns/{ns}").exists():
-                proc = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
+                proc = subprocess.run(["ip", "netns", "del", ns], check=False,
+                                      capture_output=True, text=True)
                 if proc.returncode != 0:
                     problems.append(f"ip netns del {ns}: {proc.stderr.strip()}")
                     continue

@@ -57,7 +57,8 @@ def spawn(argv: list[str], log: Path, env: dict[str, str]) -> dict:
 
 
 def stop(procs: list[dict], grace: float = 10.0) -> list[dict]:
-    """SIGTERM the recorded processes that still run, SIGKILL after ``grace`` s; returns the killed."""
+    """SIGTERM the recorded processes still running, SIGKILL after ``grace`` s; returns the
+    killed ones."""
     running = [p for p in procs if alive(p)]
     for p in running:
         os.kill(p["pid"], signal.SIGTERM)

@@ -18,7 +18,7 @@ _SPLIT = re.compile(r" (?=[A-Za-z]+=)")
 
 
 class FinalState(NamedTuple):
-    """A finished job: its final state (``COMPLETED``, ``FAILED``, ``TIMEOUT``, ``CANCELLED``...) and exit code."""
+    """A finished job: its final state (``COMPLETED``, ``FAILED``, ``TIMEOUT``...), exit code."""
 
     state: str
     exit_code: int
