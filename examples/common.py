@@ -1,0 +1,88 @@
+"""What both examples share: argument helpers, the trainer's reporting, the end-of-run lines.
+
+Example::
+
+    trainer = make_trainer(args, comm, updater, evaluator)   # reports on rank 0 only
+    trainer.run()
+    seconds, done = run(trainer, comm)
+    finish(comm, model, seconds, args.batchsize * comm.size, done)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import chainer
+import chainermn
+from chainer.training import extensions
+
+
+def add_common_arguments(parser, *, batchsize: int, iterations: int) -> None:
+    parser.add_argument("--batchsize", "-b", type=int, default=batchsize,
+                        help="images per rank and iteration")
+    parser.add_argument("--iterations", type=int, default=iterations,
+                        help="stop after this many iterations")
+    parser.add_argument("--communicator", default="auto",
+                        help="auto (pure_nccl on GPUs, else chunked), chunked, naive, ...")
+    parser.add_argument("--out", "-o", default="result", help="logs and snapshots")
+    parser.add_argument("--log-every", type=int, default=10, help="iterations per log entry")
+    parser.add_argument("--snapshot-every", type=int, default=0,
+                        help="save a trainer snapshot every N iterations (0: never)")
+    parser.add_argument("--resume", default="", help="snapshot to resume from")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def make_trainer(args, comm, updater, evaluator):
+    """A trainer with the multi-node evaluator; logging, progress and snapshots on rank 0."""
+    trainer = chainer.training.Trainer(updater, (args.iterations, "iteration"), out=args.out)
+    every = (args.log_every, "iteration")
+    trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm), trigger=every)
+    if comm.rank == 0:
+        trainer.extend(extensions.LogReport(trigger=every))
+        trainer.extend(extensions.PrintReport(
+            ["epoch", "iteration", "main/loss", "validation/main/loss", "main/accuracy",
+             "validation/main/accuracy", "elapsed_time"]), trigger=every)
+        if not args.no_progress:
+            trainer.extend(extensions.ProgressBar(update_interval=1))
+        if args.snapshot_every:
+            trainer.extend(extensions.snapshot(filename="snapshot_iter_{.updater.iteration}"),
+                           trigger=(args.snapshot_every, "iteration"))
+    if args.resume:
+        # rank 0 wrote it; parameters and optimizer state are the same on every rank
+        chainer.serializers.load_npz(args.resume, trainer)
+    return trainer
+
+
+def run(trainer, comm) -> tuple[float, int]:
+    """Train; return the slowest rank's seconds (evaluation included) and the iterations run."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    first = trainer.updater.iteration
+    comm.mpi_comm.Barrier()
+    start = time.perf_counter()
+    trainer.run()
+    seconds = comm.mpi_comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+    return seconds, trainer.updater.iteration - first
+
+
+def params_digest(model) -> str:
+    """sha256 over every parameter's name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name, param in sorted(model.namedparams()):
+        array = chainer.backends.cuda.to_cpu(param.array)
+        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def finish(comm, model, seconds: float, images_per_iteration: int, done: int) -> None:
+    """Print the parameter digest of every rank and, on rank 0, the throughput."""
+    digests = comm.gather_obj(params_digest(model))
+    if comm.rank == 0:
+        for rank, digest in enumerate(digests):
+            print(f"rank {rank} parameters sha256 {digest}", flush=True)
+        images = images_per_iteration * done
+        print(f"throughput: {images / seconds:.1f} images/s ({images} images in "
+              f"{seconds:.2f} s, {comm.size} ranks)", flush=True)

@@ -1,0 +1,135 @@
+"""Both examples trained for real with ``mpirun -np 2``: identical parameters on every rank,
+decreasing loss, snapshots and --resume, and the ImageNet-style folder/list loader."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import numpy
+import pytest
+from conftest import REPO, run_mpi
+
+from chainermn_rt.errors import UserError
+
+sys.path.insert(0, str(REPO / "examples"))
+from imagenet_data import (CroppedImages, compute_mean, image_list, read_image,  # noqa: E402
+                           write_ppm)
+
+MNIST = ["examples/train_mnist.py", "--n-train", "2000", "--n-test", "400", "--unit", "100",
+         "--batchsize", "50", "--log-every", "10", "--no-progress"]
+IMAGENET = ["examples/train_imagenet.py", "--insize", "32", "--batchsize", "4", "--no-progress"]
+
+
+def digests(stdout: str) -> dict[int, str]:
+    return {int(r): d for r, d in re.findall(r"^rank (\d+) parameters sha256 (\w+)$", stdout,
+                                            re.M)}
+
+
+def images_trained(stdout: str) -> int:
+    match = re.search(r"^throughput: [\d.]+ images/s \((\d+) images in", stdout, re.M)
+    assert match, stdout
+    return int(match.group(1))
+
+
+def losses(out) -> list[tuple[int, float]]:
+    return [(e["iteration"], e["main/loss"]) for e in json.loads((out / "log").read_text())]
+
+
+def check_run(stdout: str, out, images: int) -> list[tuple[int, float]]:
+    ranks = digests(stdout)
+    assert sorted(ranks) == [0, 1], stdout
+    assert ranks[0] == ranks[1], "parameters differ between ranks"
+    assert images_trained(stdout) == images
+    return losses(out)
+
+
+@pytest.mark.mpi
+def test_mnist_trains_snapshots_and_resumes(tmp_path):
+    out = tmp_path / "mnist"
+    proc = run_mpi(2, MNIST + ["--iterations", "40", "--snapshot-every", "20", "--out", str(out)])
+    log = check_run(proc.stdout, out, images=40 * 2 * 50)
+    assert [i for i, _ in log] == [10, 20, 30, 40]
+    assert log[-1][1] < 0.8 * log[0][1], log
+    assert (out / "snapshot_iter_20").is_file() and (out / "snapshot_iter_40").is_file()
+
+    resumed = tmp_path / "resumed"
+    proc = run_mpi(2, MNIST + ["--iterations", "40", "--out", str(resumed),
+                               "--resume", str(out / "snapshot_iter_20")])
+    log = check_run(proc.stdout, resumed, images=20 * 2 * 50)  # only iterations 21..40 ran
+    assert [i for i, _ in log] == [10, 20, 30, 40]  # the log went on from the snapshot's
+    assert log[-1][1] < log[0][1]
+
+
+@pytest.mark.mpi
+def test_imagenet_synthetic_resnet50(tmp_path):
+    out = tmp_path / "resnet"
+    proc = run_mpi(2, IMAGENET + ["--synthetic", "--n-class", "4", "--n-synthetic", "16",
+                                  "--iterations", "12", "--log-every", "4", "--lr", "0.002",
+                                  "--out", str(out)], timeout=600)
+    assert "communicator ChunkedCommunicator" in proc.stdout
+    log = check_run(proc.stdout, out, images=12 * 2 * 4)
+    assert [i for i, _ in log] == [4, 8, 12]
+    assert log[-1][1] < log[0][1], log
+
+
+def make_folder(root, classes=3, per_class=4, size=36, seed=0):
+    rng = numpy.random.default_rng(seed)
+    for c in range(classes):
+        (root / f"n0{c}").mkdir(parents=True)
+        for i in range(per_class):
+            image = rng.integers(0, 256, (3, size, size)) // (c + 1)
+            write_ppm(str(root / f"n0{c}" / f"img{i}.ppm"), image)
+    return root
+
+
+@pytest.mark.mpi
+def test_imagenet_folder_and_list(tmp_path):
+    train = make_folder(tmp_path / "train")
+    val = make_folder(tmp_path / "val", per_class=2, seed=1)
+    listing = tmp_path / "val.txt"
+    listing.write_text("".join(f"{p.relative_to(tmp_path)} {int(p.parent.name[2:])}\n"
+                               for p in sorted(val.glob("*/*.ppm"))))
+    out = tmp_path / "out"
+    proc = run_mpi(2, IMAGENET + ["--train", str(train), "--val", str(listing), "--root",
+                                  str(tmp_path), "--n-class", "3", "--iterations", "4",
+                                  "--log-every", "2", "--batchsize", "2", "--out", str(out)],
+                   timeout=600)
+    log = check_run(proc.stdout, out, images=4 * 2 * 2)
+    assert [i for i, _ in log] == [2, 4]
+
+
+def test_loader_reads_folders_lists_and_crops(tmp_path):
+    root = make_folder(tmp_path / "train", classes=2, per_class=2, size=10)
+    pairs = image_list(str(root))
+    assert [label for _, label in pairs] == [0, 0, 1, 1]
+    image = read_image(pairs[2][0])
+    assert image.shape == (3, 10, 10) and image.dtype == numpy.float32 and image.max() <= 127
+    numpy.save(tmp_path / "a.npy", image.transpose(1, 2, 0))  # HWC .npy is accepted too
+    assert numpy.array_equal(read_image(str(tmp_path / "a.npy")), image)
+    mean = compute_mean(pairs)
+    assert mean.shape == (3, 10, 10)
+    x, t = CroppedImages(pairs, mean, 8, random=False)[3]
+    assert x.shape == (3, 8, 8) and t == 1
+    assert numpy.allclose(x, ((read_image(pairs[3][0]) - mean) / 128)[:, 1:9, 1:9])
+    listing = tmp_path / "list.txt"
+    listing.write_text("n00/img0.ppm 0\nn01/img1.ppm 1\n")
+    assert image_list(str(listing), str(root)) == [(str(root / "n00/img0.ppm"), 0),
+                                                   (str(root / "n01/img1.ppm"), 1)]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("a.ppm zero\n", r"list.txt:1: 'a.ppm zero'; allowed: 'PATH LABEL'"),
+    ("", "holds no images"),
+])
+def test_loader_errors_name_the_line(tmp_path, content, message):
+    listing = tmp_path / "list.txt"
+    listing.write_text(content)
+    with pytest.raises(UserError, match=message):
+        image_list(str(listing))
+
+
+def test_loader_missing_path(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        image_list(str(tmp_path / "nope"))
