@@ -49,6 +49,15 @@ bench: venv  ## measure the CPU communicator and weak scaling (2 ranks)
 	$(PY) bench/allreduce.py
 	$(PY) bench/weak_scaling.py
 
+demo: setup  ## the main command: Slurm sandbox up, ChainerMN MNIST on 2 nodes x 2 ranks, results
+	$(PY) -m chainermn_rt.sandbox.demo
+
+sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-8); see docs/sandbox.md
+	$(RT) sandbox up $(if $(NODES),--nodes $(NODES))
+
+sandbox-down: venv  ## stop the sandbox: every process it started, its namespaces and links
+	$(RT) sandbox down
+
 lint: venv  ## ruff, shellcheck and hadolint
 	$(VENV)/bin/ruff check chainermn_rt tests examples bench containers
 	shellcheck .ci/run

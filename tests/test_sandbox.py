@@ -132,6 +132,20 @@ def test_time_limits_reported_as_timeout(sandbox, timeouts):
     assert "script went on" in sandbox.output(step)
 
 
+def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, tmp_path, capsys):
+    """`make demo`'s job: rendered 2 nodes x 2 ranks, ChainerMN MNIST, one parameter digest."""
+    from chainermn_rt.sandbox.demo import run_demo
+
+    assert run_demo(sandbox, tmp_path, iterations=30) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    placed = sorted(line.split()[5].rstrip(":") + " " + line.split()[8].rstrip(",")
+                    for line in out.splitlines() if line.startswith("  rank ") and " of 4 " in line)
+    assert placed == ["node1 0", "node1 1", "node2 0", "node2 1"], out
+    digests = [line.split()[-1] for line in out.splitlines() if "parameters sha256" in line]
+    assert len(digests) == 4 and len(set(digests)) == 1, out
+    assert "final accuracy: main/accuracy" in out, out
+
+
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
     """A second, one-node sandbox of its own: up twice, a running job, then down."""
     require_commands("munged", "slurmctld", "slurmd", "ip")

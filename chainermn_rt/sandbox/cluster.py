@@ -163,9 +163,13 @@ class Sandbox:
             time.sleep(poll)
         return result(rec)
 
+    def output_path(self, job: int) -> Path:
+        """Where the job's standard output goes (as Slurm said at submission)."""
+        return self._outputs.get(int(job), self.state_dir / "jobs" / f"slurm-{job}.out")
+
     def output(self, job: int) -> str:
         """The job's standard output file, as far as written."""
-        path = self._outputs.get(int(job), self.state_dir / "jobs" / f"slurm-{job}.out")
+        path = self.output_path(job)
         return path.read_text(errors="replace") if path.exists() else ""
 
     # -- life cycle ----------------------------------------------------------------------
