@@ -172,3 +172,25 @@ def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
     status = sb.status()
     assert not status.up and "down" in str(status)
     assert "not up" in sb.down()
+
+
+def test_loopback_fallback_runs_mpi_across_its_nodes_and_goes_down(tmp_path):
+    """Where namespaces are not permitted: every slurmd on 127.0.0.1, Open MPI over TCP."""
+    require_commands("munged", "slurmctld", "slurmd")
+    shipped = Sandbox.from_profile().site
+    site = dataclasses.replace(shipped, sandbox={
+        **shipped.sandbox, "prefix": "cmrtsbxl", "controller_port": 7817, "slurmd_port": 7818})
+    sb = Sandbox(site, sandbox_settings(site, nodes=2, state_dir=tmp_path / "state"))
+    program = tmp_path / "allreduce.py"
+    program.write_text(ALLREDUCE)
+    assert "loopback mode" in sb.up("loopback")
+    try:
+        out = finished(sb, sb.submit(job(f"srun --mpi=pmix {PYTHON} {program}"),
+                                     ["--nodes=2", "--ntasks-per-node=2"]))
+        rows = sorted(line.split() for line in out.splitlines() if line.strip())
+        assert [(r[0], r[1], r[4]) for r in rows] == [(str(i), "4", "10") for i in range(4)]
+        record = json.loads((sb.state_dir / "sandbox.json").read_text())
+    finally:
+        sb.down()
+    assert not any(processes.alive(p) for p in record["procs"].values())
+    assert processes.members(set(), f"{MARKER_VAR}={sb.state_dir}".encode()) == []
