@@ -62,5 +62,21 @@ lint: venv  ## ruff, shellcheck and hadolint
 	$(VENV)/bin/ruff check chainermn_rt tests examples bench containers
 	shellcheck .ci/run
 
+recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blocks and pyproject
+	$(PYTHON) containers/generate.py
+
+base:  ## Debian base image by debootstrap from the host's apt mirror (no registry needed)
+	$(PYTHON) containers/base.py
+
+image:  ## build FLAVOR=cpu|gpu (ENGINE=docker|podman|buildah; BASE=image for both stages)
+	$(PYTHON) containers/build.py image --flavor $(FLAVOR) \
+	  $(if $(ENGINE),--engine $(ENGINE)) $(if $(BASE),--base $(BASE))
+
+sif:  ## Apptainer/Singularity image of FLAVOR from the built image (FROM_DEF=1: from the .def)
+	$(PYTHON) containers/build.py sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
+
+sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
+	$(PYTHON) containers/build.py sqfs --flavor $(FLAVOR)
+
 clean:  ## remove build outputs (not the venv)
 	rm -rf build dist *.egg-info

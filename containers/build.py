@@ -83,7 +83,9 @@ def image(flavor: str, engine_name: str | None, base: str | None) -> float:
         rc = subprocess.run(argv, env=dict(os.environ, DOCKER_BUILDKIT="1"),
                             check=False).returncode
     if rc != 0:
-        raise BuildError(f"{' '.join(argv[:2])} of {flavor} exited {rc}")
+        hint = "" if base else (f"; without a registry run `make base`, then `make image "
+                                f"FLAVOR={flavor} BASE={load()['debian']['local_base']}`")
+        raise BuildError(f"{' '.join(argv[:2])} of {flavor} exited {rc}{hint}")
     seconds = time.monotonic() - start
     print(f"built {tag(flavor)} with {engine} in {seconds:.0f} s")
     return seconds

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from containers.blocks import apt, chainermn_rt, metadata, mpi4py, openmpi_debian, python_venv, user
 from containers.recipe import Recipe, Stage
-from containers.versions import load, package_version, python_pins
+from containers.versions import load, package_version, pip_pin, python_pins
 
 FLAVORS = ("cpu", "gpu")
 
@@ -39,7 +39,7 @@ def _cpu(v: dict) -> Recipe:
         apt.install(python_venv.BUILD_PACKAGES + openmpi_debian.BUILD_PACKAGES,
                     comment="compilers, Python and Debian's Open MPI for the build"),
         python_venv.env(prefix),
-        *python_venv.build(prefix),
+        *python_venv.build(prefix, pip_pin()),
         mpi4py.build(python_pins()["mpi4py"], openmpi_debian.MPICC),
         *chainermn_rt.sources(src),
         chainermn_rt.install(src),

@@ -24,7 +24,7 @@ from containers.blocks import (
     user,
 )
 from containers.recipe import Recipe, Stage
-from containers.versions import package_version, python_pins
+from containers.versions import package_version, pip_pin, python_pins
 
 DOWNLOAD_PACKAGES = ["curl", "bzip2", "ca-certificates"]
 
@@ -45,7 +45,7 @@ def gpu_recipe(v: dict) -> Recipe:
         openmpi.build(v["openmpi"]),
         python_venv.env(prefix, path_before=mpi_path),
         cupy.env(venv, v["cuda"]["python"], openmpi.library_path()),
-        *python_venv.build(prefix),
+        *python_venv.build(prefix, pip_pin()),
         mpi4py.build(python_pins()["mpi4py"], openmpi.MPICC),
         *chainermn_rt.sources(src),
         chainermn_rt.install(src, ("gpu",)),

@@ -44,6 +44,14 @@ def python_pins(extras: tuple[str, ...] = (), path: Path = PYPROJECT) -> dict[st
     return _pins(reqs)
 
 
+def pip_pin(makefile: Path = HERE.parent / "Makefile") -> str:
+    """The pip that builds the patched chainer: the one pin the Makefile's venv target holds."""
+    match = re.search(r"--upgrade pip==(\S+)", makefile.read_text())
+    if not match:
+        raise ValueError(f"no `--upgrade pip==VERSION` in {makefile}")
+    return match.group(1)
+
+
 def package_version(path: Path = PYPROJECT) -> str:
     with open(path, "rb") as f:
         return tomllib.load(f)["project"]["version"]

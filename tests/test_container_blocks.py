@@ -141,8 +141,10 @@ def test_chainermn_rt():
 
 
 def test_python_venv():
-    assert docker(*python_venv.build("/p"), python_venv.env("/p", "/opt/mpi/bin")) == (
-        "RUN python3 -m venv /p/venv\n"
+    assert docker(*python_venv.build("/p", "26.3"), python_venv.env("/p", "/opt/mpi/bin")) == (
+        f"RUN {SECRET}{CA_PRELUDE} && \\\n"
+        "    python3 -m venv /p/venv && \\\n"
+        "    /p/venv/bin/pip install --no-cache-dir pip==26.3\n"
         'ENV PATH="/p/venv/bin:/opt/mpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \\\n'
         '    VIRTUAL_ENV="/p/venv" \\\n'
         '    PIP_NO_CACHE_DIR="1" \\\n'

@@ -2,8 +2,8 @@
 
 Example::
 
-    >>> build("/opt/x")[0].commands
-    ('python3 -m venv /opt/x/venv',)
+    >>> build("/opt/x", "26.3")[0].commands
+    ('python3 -m venv /opt/x/venv', '/opt/x/venv/bin/pip install --no-cache-dir pip==26.3')
     >>> dict(env("/opt/x").values)["PATH"]
     '/opt/x/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 """
@@ -23,8 +23,10 @@ def env(prefix: str, path_before: str = "") -> Env:
                 ("PIP_NO_CACHE_DIR", "1"), ("PIP_DISABLE_PIP_VERSION_CHECK", "1")))
 
 
-def build(prefix: str) -> list:
-    return [Run((f"python3 -m venv {prefix}/venv",))]
+def build(prefix: str, pip: str) -> list:
+    """The venv, with the pip the project pins (the distribution's is too old for chainer's build)."""
+    return [Run((f"python3 -m venv {prefix}/venv",
+                 f"{prefix}/venv/bin/pip install --no-cache-dir pip=={pip}"), network=True)]
 
 
 def runtime(prefix: str) -> list:
