@@ -61,6 +61,7 @@ sandbox-down: venv  ## stop the sandbox: every process it started, its namespace
 lint: venv  ## ruff, shellcheck and hadolint
 	$(VENV)/bin/ruff check chainermn_rt tests examples bench containers
 	shellcheck .ci/run
+	$(VENV)/bin/hadolint containers/cpu/Dockerfile containers/gpu/Dockerfile
 
 recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blocks and pyproject
 	$(PYTHON) containers/generate.py
