@@ -1,0 +1,233 @@
+"""The cpu image built for real by this checkout's dockerd, then checked from inside and run.
+
+Builds from a debootstrapped base (no registry), runs the in-image doctor, a 2-rank
+MNIST training with mpirun inside the container, and the same image converted for
+Charliecloud under ch-run. Build time and size go to build/images/cpu-build.json
+(bench/RESULTS.md quotes them).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import tomllib
+from conftest import REPO, require_commands
+
+sys.path.insert(0, str(REPO))
+
+from containers import build as image_build
+from containers.base import make_base
+from containers.dockerd import DOCKER, Dockerd
+from containers.versions import load
+
+pytestmark = pytest.mark.docker
+
+MNIST = ["train_mnist.py", "--iterations", "20", "--n-train", "2000", "--n-test", "200",
+         "--unit", "100", "--no-progress", "--out", "/tmp/result"]
+RECORD = image_build.OUT / "cpu-build.json"
+
+
+def _run(argv, env=None, timeout=900, check=True, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False, **kw)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, argv))} exited {proc.returncode}\n--- stdout\n"
+                    f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}", pytrace=False)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """This checkout's dockerd: started here (and stopped by PID at the end) unless running."""
+    require_commands("dockerd", "debootstrap")
+    if not os.access(DOCKER, os.X_OK):
+        pytest.fail(f"{DOCKER} missing (run `make setup`)", pytrace=False)
+    daemon = Dockerd().start()
+    yield daemon
+    if daemon.started_here:
+        daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def cpu_image(engine):
+    """Tag of the cpu image, built from the debootstrapped base (layer cache reused)."""
+    base = load()["debian"]["local_base"]
+    env = engine.env()
+    if _run([DOCKER, "image", "inspect", base], env=env, check=False).returncode != 0:
+        make_base(base, load()["debian"]["suite"], engine)
+    tag = image_build.tag("cpu")
+    start = time.monotonic()
+    _run(image_build.build_argv("docker", "cpu", base), env=env, timeout=3000)
+    seconds = time.monotonic() - start
+    size = int(_run([DOCKER, "image", "inspect", "-f", "{{.Size}}", tag], env=env).stdout)
+    image_build.OUT.mkdir(parents=True, exist_ok=True)
+    RECORD.write_text(json.dumps({"tag": tag, "build_seconds": round(seconds, 1),
+                                  "size_bytes": size}) + "\n")
+    return tag
+
+
+def docker_run(engine, tag, *argv, extra=(), check=True):
+    return _run([DOCKER, "run", "--rm", "--network", "none", "--shm-size", "256m", *extra, tag,
+                 *argv], env=engine.env(), check=check)
+
+
+def test_doctor_passes_inside_the_image(engine, cpu_image):
+    out = docker_run(engine, cpu_image, "chainermn-rt", "doctor", "--image").stdout
+    lines = {line.split()[1]: line.split()[0] for line in out.splitlines()}
+    assert lines == {"flavor": "ok", "mpi": "ok", "mpi-cuda": "n/a", "ucx": "n/a", "nccl": "n/a",
+                     "mpi4py": "ok", "imports": "ok", "versions": "ok"}, out
+    assert "/usr/lib/x86_64-linux-gnu/libmpi.so" in out  # mpi4py uses Debian's Open MPI
+
+
+def test_doctor_fails_when_the_image_disagrees_with_versions(engine, cpu_image, tmp_path):
+    versions = tomllib.loads((REPO / "containers/cpu/VERSIONS").read_text())
+    text = (REPO / "containers/cpu/VERSIONS").read_text().replace(
+        f'openmpi = "{versions["system"]["openmpi"]}"', 'openmpi = "9.9.9"')
+    (tmp_path / "VERSIONS").write_text(text)
+    proc = docker_run(engine, cpu_image, "chainermn-rt", "doctor", "--image", "--json",
+                      extra=("-v", f"{tmp_path}:/check:ro", "-e",
+                             "CHAINERMN_RT_VERSIONS=/check/VERSIONS"), check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)}
+    assert checks["versions"]["status"] == "FAIL"
+    assert "openmpi 4.1.4 (want 9.9.9)" in checks["versions"]["reason"]
+
+
+def test_two_ranks_train_mnist_inside_the_image(engine, cpu_image):
+    proc = docker_run(engine, cpu_image, "mpirun", "-np", "2", "python", "/examples/" + MNIST[0],
+                      *MNIST[1:], extra=("-v", f"{REPO / 'examples'}:/examples:ro"))
+    digests = re.findall(r"rank (\d) parameters sha256 (\w+)", proc.stdout)
+    assert sorted(r for r, _ in digests) == ["0", "1"], proc.stdout
+    assert len({d for _, d in digests}) == 1, proc.stdout  # both ranks hold the same model
+
+
+def test_image_runs_as_a_non_root_user_with_stack_labels(engine, cpu_image):
+    info = json.loads(_run([DOCKER, "image", "inspect", cpu_image], env=engine.env()).stdout)[0]
+    assert info["Config"]["User"] == "1000:1000"
+    labels = info["Config"]["Labels"]
+    assert labels["io.chainermn-rt.openmpi"] == load()["debian"]["openmpi"]
+    assert labels["org.opencontainers.image.title"] == "chainermn-rt-cpu"
+    assert docker_run(engine, cpu_image, "id", "-u").stdout.strip() == "1000"
+
+
+def test_no_build_caches_or_sources_are_left(engine, cpu_image):
+    out = docker_run(engine, cpu_image, "sh", "-c",
+                     "ls -A /var/lib/apt/lists /var/cache/apt/archives; "
+                     "ls -d /root/.cache /home/chainermn/.cache /tmp/wheels /opt/chainermn_rt/src "
+                     "/usr/bin/gcc 2>/dev/null; find / -xdev -name '*.whl' 2>/dev/null; true").stdout
+    assert set(out.split()) <= {"partial", "lock"}, out
+
+
+def _host_only_certificates() -> list[bytes]:
+    """DER bytes of the host CA bundle's certificates that public bundles lack (a proxy's CA)."""
+    from pip._vendor import certifi
+
+    def blocks(text: str) -> set[str]:
+        return set(re.findall(r"-----BEGIN CERTIFICATE-----\n(.*?)-----END CERTIFICATE-----",
+                              text, flags=re.DOTALL))
+
+    host = blocks(image_build.HOST_CA.read_text())
+    public = blocks(Path(certifi.where()).read_text())
+    return [base64.b64decode(b) for b in sorted(host - public)]
+
+
+def test_the_build_hosts_ca_bundle_is_in_no_layer(engine, cpu_image, tmp_path):
+    if not image_build.HOST_CA.exists():
+        pytest.fail(f"{image_build.HOST_CA} missing: nothing to check", pytrace=False)
+    bundle_sha = hashlib.sha256(image_build.HOST_CA.read_bytes()).hexdigest()
+    needles = [der[:64] for der in _host_only_certificates()]
+    pem_lines = [line.encode() for line in image_build.HOST_CA.read_text().splitlines()
+                 if len(line) == 64 and not line.startswith("-")]
+    saved = tmp_path / "image.tar"
+    _run([DOCKER, "save", "-o", str(saved), cpu_image], env=engine.env())
+    scanned = 0
+    with tarfile.open(saved) as image:
+        for member in image.getmembers():
+            if not member.name.endswith("layer.tar"):
+                continue
+            with tarfile.open(fileobj=image.extractfile(member)) as layer:
+                for entry in layer:
+                    assert "run/secrets" not in entry.name, entry.name
+                    if not entry.isfile():
+                        continue
+                    data = layer.extractfile(entry).read()
+                    scanned += 1
+                    assert hashlib.sha256(data).hexdigest() != bundle_sha, entry.name
+                    for needle in needles:
+                        assert needle not in data, f"{entry.name} holds a host-only CA"
+                    if entry.name.endswith((".crt", ".pem")):  # public CAs may ship (pip's certifi)
+                        continue
+                    assert not any(line in data for line in pem_lines[:50]), entry.name
+    assert scanned > 1000  # really read the image
+
+
+@pytest.fixture(scope="session")
+def charliecloud_dir(engine, cpu_image):
+    require_commands("ch-convert", "ch-run")
+    return image_build.charliecloud("cpu", "dir")
+
+
+def ch_run(image_dir, *argv, check=True):
+    env = image_build.charliecloud_env()
+    # CI runs as root: ch-run keeps the caller's uid, and Open MPI then wants this consent.
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # the examples go to /mnt, a folder every Debian image has (ch-run binds onto existing ones)
+    return _run(["ch-run", "--set-env", "-b", f"{REPO / 'examples'}:/mnt", str(image_dir),
+                 "--", *argv], env=env, check=check)
+
+
+def test_charliecloud_image_passes_doctor(charliecloud_dir):
+    out = ch_run(charliecloud_dir, "chainermn-rt", "doctor", "--image").stdout
+    assert re.search(r"^ok\s+versions", out, flags=re.MULTILINE), out
+    assert re.search(r"^ok\s+mpi4py", out, flags=re.MULTILINE), out
+
+
+def test_two_ranks_train_mnist_under_ch_run(charliecloud_dir):
+    proc = ch_run(charliecloud_dir, "mpirun", "-np", "2", "--oversubscribe", "python",
+                  "/mnt/" + MNIST[0], *MNIST[1:])
+    digests = re.findall(r"rank (\d) parameters sha256 (\w+)", proc.stdout)
+    assert sorted(r for r, _ in digests) == ["0", "1"] and len({d for _, d in digests}) == 1
+
+
+@pytest.mark.slurm
+def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charliecloud_dir,
+                                                                   tmp_path):
+    """A job rendered with the charliecloud runtime: srun --mpi=pmix starts every rank in ch-run."""
+    from chainermn_rt.plan import Request, make_plan
+    from chainermn_rt.render import render
+    from chainermn_rt.site import load_site
+
+    site_text = (REPO / "slurm/sites/sandbox.toml").read_text()
+    binds = [f"{REPO / 'examples'}:/mnt", str(sandbox.state_dir), str(tmp_path)]
+    container = ('[container]\nruntime = "charliecloud"\n'
+                 f'image = "{charliecloud_dir}"\nbinds = {json.dumps(binds)}')
+    assert '[container]\nruntime = "none"' in site_text
+    site = tmp_path / "sandbox-charliecloud.toml"
+    site.write_text(site_text.replace('[container]\nruntime = "none"', container))
+    plan = make_plan(load_site(site), Request(
+        nodes=2, partition="cpu", job_name="ch-mnist", time="10",
+        env=(("OMP_NUM_THREADS", "1"), ("USER", "root")),
+        # each rank proves it is inside the image (only it has VERSIONS) before it trains
+        command=("sh", "-c", 'test -f /opt/chainermn_rt/VERSIONS && exec python "$@"', "rank",
+                 "/mnt/" + MNIST[0], *MNIST[1:-1], str(tmp_path / "result"))))
+    script = tmp_path / "job.sh"
+    script.write_text(render(plan))
+    assert "ch-run --set-env" in script.read_text()
+    job = sandbox.submit(script, cwd=tmp_path)
+    state = sandbox.wait(job, timeout=600)
+    out = next(tmp_path.glob(f"*-{job}.out"), None)
+    text = out.read_text(errors="replace") if out else ""
+    assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"
+    digests = re.findall(r"rank (\d) parameters sha256 (\w+)", text)
+    assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], text[-3000:]
+    assert len({d for _, d in digests}) == 1, text[-3000:]
