@@ -7,7 +7,7 @@ Example::
 
     >>> from chainermn_rt.compat import patched_build
     >>> patched_build()  # doctest: +SKIP
-    '7.8.1+rt1'
+    '7.8.1+rt84584d59'
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import importlib.util
 
 
 def patched_build() -> str | None:
-    """The patched chainer build installed here (e.g. ``'7.8.1+rt1'``), or None (stock chainer).
+    """The patched chainer build installed here (e.g. ``'7.8.1+rt84584d59'``), or None.
 
     Reads the marker module without importing chainer itself.
     """

@@ -7,7 +7,7 @@ is reused, so a second run takes a moment.
 Example::
 
     python -m chainermn_rt.compat.build_chainer --out build/wheels
-    pip install --find-links build/wheels chainer==7.8.1   # installs 7.8.1+rt1
+    pip install --find-links build/wheels chainer==7.8.1   # installs 7.8.1+rt<digest>
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _DOWNLOAD_BUILD_CONSTRAINT = "setuptools<82\n"
 
 
 def wheel_name() -> str:
-    """File name of the patched wheel, e.g. ``chainer-7.8.1+rt1-py3-none-any.whl``."""
+    """File name of the patched wheel, e.g. ``chainer-7.8.1+rt84584d59-py3-none-any.whl``."""
     return f"chainer-{fixes.wheel_version()}-py3-none-any.whl"
 
 
@@ -50,8 +50,33 @@ def _run(argv: list[str], **kwargs) -> None:
     subprocess.run(argv, check=True, **kwargs)
 
 
-def download_sdist(dest: Path) -> Path:
-    """``pip download`` the pristine sdist into ``dest`` and check its sha256."""
+def sdist_path(out: Path) -> Path:
+    """Where the pristine, checksum-verified sdist is kept (a subfolder: pip's
+    ``--find-links out`` does not look into it)."""
+    return out / "sdist" / f"chainer-{fixes.CHAINER_VERSION}.tar.gz"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def download_sdist(out: Path) -> Path:
+    """``pip download`` the pristine sdist into ``sdist_path(out)`` unless it is there."""
+    sdist = sdist_path(out)
+    if sdist.is_file() and _sha256(sdist) == fixes.SDIST_SHA256:
+        return sdist
+    sdist.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="chainer-download-") as tmp:
+        _pip_download(Path(tmp))
+        fetched = Path(tmp) / sdist.name
+        digest = _sha256(fetched)
+        if digest != fixes.SDIST_SHA256:
+            raise fixes.FixError(f"{sdist.name}: sha256 {digest}, expected {fixes.SDIST_SHA256}")
+        fetched.replace(sdist)
+    return sdist
+
+
+def _pip_download(dest: Path) -> None:
     constraint = dest / "download-build-constraint.txt"
     constraint.write_text(_DOWNLOAD_BUILD_CONSTRAINT)
     env = dict(os.environ, PIP_BUILD_CONSTRAINT=str(constraint))
@@ -60,11 +85,6 @@ def download_sdist(dest: Path) -> Path:
     _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
           "--no-binary", ":all:", f"chainer=={fixes.CHAINER_VERSION}", "--dest", str(dest)],
          env=env)
-    sdist = dest / f"chainer-{fixes.CHAINER_VERSION}.tar.gz"
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != fixes.SDIST_SHA256:
-        raise fixes.FixError(f"{sdist.name}: sha256 {digest}, expected {fixes.SDIST_SHA256}")
-    return sdist
 
 
 def unpack(sdist: Path, dest: Path) -> Path:
@@ -88,7 +108,7 @@ def build(out: Path) -> Path:
         stale.unlink()
     with tempfile.TemporaryDirectory(prefix="chainer-build-") as tmp:
         tmp_path = Path(tmp)
-        source = unpack(download_sdist(tmp_path), tmp_path)
+        source = unpack(download_sdist(out), tmp_path)
         applied = fixes.apply_all(source)
         print(f"build_chainer: applied {len(applied)} fixes", flush=True)
         # No ChainerX (C++): chainer's setup.py builds it only when asked to.

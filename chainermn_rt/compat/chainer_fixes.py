@@ -18,15 +18,13 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 # The chainer release these fixes are written for, and the sha256 of its sdist on PyPI.
 CHAINER_VERSION = "7.8.1"
 SDIST_SHA256 = "179f06176f8d7a42385bc7811956db04e68213cfe30f5081491b9e2b6ff70de8"
-# Local version label of the patched wheel (7.8.1+rt1 satisfies chainer==7.8.1).
-# Bump it whenever FIXES change, so pip never reuses an older patched wheel.
-LOCAL_LABEL = "rt1"
 # Module written into the patched package: ``chainer._chainermn_rt_fixes.APPLIED``.
 MARKER_MODULE = "chainer/_chainermn_rt_fixes.py"
 # Entry-point group other packages use to register ChainerMN communicators by name.
@@ -49,13 +47,13 @@ class FixError(RuntimeError):
 
 
 def wheel_version() -> str:
-    """The version of the patched wheel, e.g. ``'7.8.1+rt1'``."""
+    """The version of the patched wheel, e.g. ``'7.8.1+rt0123abcd'``."""
     return f"{CHAINER_VERSION}+{LOCAL_LABEL}"
 
 
 _ENV_CHECK = "chainer/_environment_check.py"
 
-FIXES: tuple[Fix, ...] = (
+_SOURCE_FIXES: tuple[Fix, ...] = (
     # --- building -------------------------------------------------------------------------
     Fix("setup-no-pkg-resources", "setup.py",
         "import os\nimport pkg_resources\nimport sys\n",
@@ -71,11 +69,10 @@ FIXES: tuple[Fix, ...] = (
         except _metadata.PackageNotFoundError:
             pass""",
         "setuptools>=82: setup.py's check for old ChainerMN used pkg_resources.get_distribution"),
-    Fix("setup-local-version", "setup.py",
-        "    version=__version__,  # NOQA\n",
-        f"    version=__version__ + '+{LOCAL_LABEL}',  # NOQA chainermn-rt patched build\n",
-        "marks the patched wheel (chainer==7.8.1 still matches) so pip never mixes it up with "
-        "PyPI's"),
+    Fix("setup-no-tests-require", "setup.py",
+        "    tests_require=tests_require,\n",
+        "",
+        "setuptools>=72 dropped tests_require: 'Unknown distribution option' at build time"),
     Fix("setup-requires-packaging", "setup.py",
         "        'setuptools',\n        'typing_extensions',\n",
         "        'setuptools',\n        'packaging',\n        'typing_extensions',\n",
@@ -310,6 +307,26 @@ def _requirements_satisfied(*requirements):
 def create_communicator(
 ''',
         "entry-point lookup for unknown communicator names (group chainermn.communicators)"),
+)
+
+
+
+
+def _digest(fixes: tuple[Fix, ...]) -> str:
+    text = "\0".join(part for fix in fixes for part in (fix.name, fix.path, fix.old, fix.new))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+
+
+# Local version label of the patched wheel: 7.8.1+rt<digest of the fixes> satisfies
+# chainer==7.8.1, and changes whenever a fix does, so pip never keeps a stale build.
+LOCAL_LABEL = "rt" + _digest(_SOURCE_FIXES)
+
+FIXES: tuple[Fix, ...] = _SOURCE_FIXES + (
+    Fix("setup-local-version", "setup.py",
+        "    version=__version__,  # NOQA\n",
+        f"    version=__version__ + '+{LOCAL_LABEL}',  # NOQA chainermn-rt patched build\n",
+        "marks the patched wheel (chainer==7.8.1 still matches) so it is never mistaken for "
+        "PyPI's"),
 )
 
 
