@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "examples")]
 
-from chainermn_rt.job_env import JobEnvironment  # noqa: E402
+from chainermn_rt.job_env import JobEnvironment
 
 
 def mpirun_argv(np: int) -> list[str]:
@@ -41,7 +41,7 @@ def relaunch_under_mpirun(np: int, extra_env: dict | None = None) -> bool:
 
 def slowest_median_ms(comm, fn, repeat: int, warmup: int = 2) -> float:
     """Median over ``repeat`` calls of the slowest rank's time, in ms (barrier before each)."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     for _ in range(warmup):
         fn()

@@ -24,8 +24,8 @@ SWEEP = [1 << s for s in range(16, 25)]  # 64 KiB .. 16 MiB
 
 
 def resnet50_grads(rank: int):
-    import numpy  # noqa: PLC0415
-    from models import ResNet50  # noqa: PLC0415
+    import numpy
+    from models import ResNet50
 
     rng = numpy.random.default_rng(rank)
     shapes = [p.shape for _, p in sorted(ResNet50().namedparams())]
@@ -34,7 +34,7 @@ def resnet50_grads(rank: int):
 
 def as_link(grads):
     """A chainer Link whose parameters carry ``grads`` (what communicators average)."""
-    import chainer  # noqa: PLC0415
+    import chainer
 
     link = chainer.Link()
     with link.init_scope():
@@ -45,24 +45,27 @@ def as_link(grads):
     return link
 
 
+def chunked_call(comm, link):
+    return lambda: comm.multi_node_mean_grad(link)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
     if relaunch_under_mpirun(2):
         return 0
-    import numpy  # noqa: PLC0415
-    from chainermn.communicators.naive_communicator import NaiveCommunicator  # noqa: PLC0415
-    from mpi4py import MPI  # noqa: PLC0415
+    import numpy
+    from chainermn.communicators.naive_communicator import NaiveCommunicator
+    from mpi4py import MPI
 
-    from chainermn_rt.communicators.chunked import (  # noqa: PLC0415
-        DEFAULT_CHUNK_BYTES, ChunkedCommunicator)
+    from chainermn_rt.communicators.chunked import DEFAULT_CHUNK_BYTES, ChunkedCommunicator
 
     comm = MPI.COMM_WORLD
     grads = resnet50_grads(comm.rank)
     n = sum(g.size for g in grads)
     flat = numpy.concatenate([g.reshape(-1) for g in grads])
-    time = lambda fn: slowest_median_ms(comm, fn, args.repeat)  # noqa: E731
+    time = lambda fn: slowest_median_ms(comm, fn, args.repeat)
     rows = [("raw Allreduce, one call", None, time(lambda: comm.Allreduce(MPI.IN_PLACE, flat)))]
 
     def raw_chunked(chunk_bytes):
@@ -80,7 +83,7 @@ def main() -> int:
     ours = {}
     for c in SWEEP:
         chunked = ChunkedCommunicator(comm, chunk_bytes=c)
-        ours[c] = time(lambda: chunked.multi_node_mean_grad(link))
+        ours[c] = time(chunked_call(chunked, link))
         rows.append(("chunked (ours)", c, ours[c]))
     default = ChunkedCommunicator(comm)
     ours_ms = time(lambda: default.multi_node_mean_grad(link))

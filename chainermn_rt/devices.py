@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from chainermn_rt.errors import UserError
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 from chainermn_rt.errors import UserError
 
@@ -49,7 +49,7 @@ class JobEnvironment:
     hostname: str
 
     @classmethod
-    def detect(cls, environ: Mapping[str, str] | None = None) -> "JobEnvironment":
+    def detect(cls, environ: Mapping[str, str] | None = None) -> JobEnvironment:
         """Read ``environ`` (default ``os.environ``); a single process when no launcher is found.
 
         Precedence: the MPI launcher that started the process directly (Open MPI,
@@ -61,7 +61,7 @@ class JobEnvironment:
         for reader in (_openmpi, _hydra, _slurm, _pmix):
             found = reader(env)
             if found is not None:
-                return cls(hostname=host, **found)
+                return cls(*found, host)
         return cls("none", 0, 1, 0, 1, 0, 1, host)
 
     def describe(self) -> str:
@@ -110,7 +110,12 @@ def _uniform_node(rank: int, local_rank: int, local_size: int) -> int:
     return (rank - local_rank) // local_size if local_size else UNKNOWN
 
 
-def _slurm(env: Mapping[str, str]) -> dict | None:
+# Each reader returns (launcher, global_rank, world_size, local_rank, local_size, node_index,
+# num_nodes) or None when its launcher did not start this process.
+Fields = tuple[str, int, int, int, int, int, int]
+
+
+def _slurm(env: Mapping[str, str]) -> Fields | None:
     # Only inside an srun step: the batch script itself also has SLURM_PROCID=0.
     if _first(env, "SLURM_STEP_ID", "SLURM_STEPID") is None or "SLURM_PROCID" not in env:
         return None
@@ -119,13 +124,12 @@ def _slurm(env: Mapping[str, str]) -> dict | None:
     ntasks = _first(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
     nnodes = _first(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
     world = _int(env, ntasks) if ntasks else 1
-    return dict(launcher="slurm", global_rank=_int(env, "SLURM_PROCID"), world_size=world,
-                local_rank=_int(env, "SLURM_LOCALID", 0),
-                local_size=_tasks_per_node(env[per_node], node, per_node) if per_node else world,
-                node_index=node, num_nodes=_int(env, nnodes) if nnodes else 1)
+    local_size = _tasks_per_node(env[per_node], node, per_node) if per_node else world
+    return ("slurm", _int(env, "SLURM_PROCID"), world, _int(env, "SLURM_LOCALID", 0), local_size,
+            node, _int(env, nnodes) if nnodes else 1)
 
 
-def _openmpi(env: Mapping[str, str]) -> dict | None:
+def _openmpi(env: Mapping[str, str]) -> Fields | None:
     if "OMPI_COMM_WORLD_RANK" not in env:
         return None
     rank = _int(env, "OMPI_COMM_WORLD_RANK")
@@ -133,30 +137,28 @@ def _openmpi(env: Mapping[str, str]) -> dict | None:
     local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1)
     size = _int(env, "OMPI_COMM_WORLD_SIZE")
     nodes = _first(env, "OMPI_MCA_orte_num_nodes", "OMPI_MCA_prte_num_nodes")
-    return dict(launcher="openmpi", global_rank=rank, world_size=size, local_rank=local,
-                local_size=local_size, node_index=_uniform_node(rank, local, local_size),
-                num_nodes=_int(env, nodes) if nodes else -(-size // local_size))
+    return ("openmpi", rank, size, local, local_size, _uniform_node(rank, local, local_size),
+            _int(env, nodes) if nodes else -(-size // local_size))
 
 
-def _hydra(env: Mapping[str, str]) -> dict | None:
+def _hydra(env: Mapping[str, str]) -> Fields | None:
     if "PMI_RANK" not in env:
         return None
     rank = _int(env, "PMI_RANK")
     size = _int(env, "PMI_SIZE", UNKNOWN)
     local = _int(env, "MPI_LOCALRANKID", UNKNOWN)
     local_size = _int(env, "MPI_LOCALNRANKS", UNKNOWN)
-    return dict(launcher="intelmpi" if _first(env, "I_MPI_ROOT", "I_MPI_HYDRA_BOOTSTRAP")
-                else "hydra", global_rank=rank, world_size=size, local_rank=local,
-                local_size=local_size, node_index=_uniform_node(rank, local, local_size),
-                num_nodes=-(-size // local_size) if local_size else UNKNOWN)
+    intel = _first(env, "I_MPI_ROOT", "I_MPI_HYDRA_BOOTSTRAP") is not None
+    return ("intelmpi" if intel else "hydra", rank, size, local, local_size,
+            _uniform_node(rank, local, local_size),
+            -(-size // local_size) if local_size else UNKNOWN)
 
 
-def _pmix(env: Mapping[str, str]) -> dict | None:
+def _pmix(env: Mapping[str, str]) -> Fields | None:
     # A PMIx server names the rank only; MPI supplies the rest (check_against_mpi).
     if "PMIX_RANK" not in env:
         return None
-    return dict(launcher="pmix", global_rank=_int(env, "PMIX_RANK"), world_size=UNKNOWN,
-                local_rank=UNKNOWN, local_size=UNKNOWN, node_index=UNKNOWN, num_nodes=UNKNOWN)
+    return ("pmix", _int(env, "PMIX_RANK"), UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
 
 
 def check_against_mpi(env: JobEnvironment, comm) -> JobEnvironment:
@@ -187,7 +189,7 @@ def check_against_mpi(env: JobEnvironment, comm) -> JobEnvironment:
 
 def _complete_from_mpi(env: JobEnvironment, comm) -> JobEnvironment:
     """Local and node numbers from MPI processor names (what ChainerMN uses too)."""
-    from mpi4py import MPI  # noqa: PLC0415 - only when MPI is in use
+    from mpi4py import MPI
 
     names = comm.allgather(MPI.Get_processor_name())
     rank = comm.Get_rank()

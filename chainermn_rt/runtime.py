@@ -13,8 +13,12 @@ import sys
 import warnings
 
 from chainermn_rt import devices
-from chainermn_rt.communicators import (CPU_COMMUNICATOR, create_communicator,
-                                        nccl_gpu_available, resolve_name)
+from chainermn_rt.communicators import (
+    CPU_COMMUNICATOR,
+    create_communicator,
+    nccl_gpu_available,
+    resolve_name,
+)
 from chainermn_rt.job_env import JobEnvironment, check_against_mpi
 
 START_METHOD = "forkserver"  # fork after MPI/InfiniBand initialisation can crash
@@ -37,8 +41,8 @@ def setup(communicator: str = "auto", mpi_comm=None, *, abort_on_exception: bool
     """
     if start_method:
         multiprocessing.set_start_method(start_method, force=True)
-    import chainer  # noqa: PLC0415 - keep `import chainermn_rt` light
-    from mpi4py import MPI  # noqa: PLC0415
+    import chainer
+    from mpi4py import MPI
 
     mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
     env = check_against_mpi(JobEnvironment.detect(), mpi_comm)
@@ -56,9 +60,9 @@ def setup(communicator: str = "auto", mpi_comm=None, *, abort_on_exception: bool
 
 def install_abort_hook() -> None:
     """ChainerMN's ``MPI_Abort``-on-uncaught-exception hook, once (idempotent)."""
-    from chainermn import global_except_hook  # noqa: PLC0415
+    from chainermn import global_except_hook
 
-    if sys.excepthook is global_except_hook._global_except_hook:  # noqa: SLF001
+    if sys.excepthook is global_except_hook._global_except_hook:
         return
     with warnings.catch_warnings():  # "called multiple times" when the env var installed it
         warnings.simplefilter("ignore")

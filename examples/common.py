@@ -57,7 +57,7 @@ def make_trainer(args, comm, updater, evaluator):
 
 def run(trainer, comm) -> tuple[float, int]:
     """Train; return the slowest rank's seconds (evaluation included) and the iterations run."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     first = trainer.updater.iteration
     comm.mpi_comm.Barrier()

@@ -65,7 +65,7 @@ def read_image(path: str) -> numpy.ndarray:
         array = _read_netpbm(path)
     else:
         try:
-            from PIL import Image  # noqa: PLC0415
+            from PIL import Image
         except ImportError:
             raise UserError(f"{path}: reading {suffix} needs Pillow (pip install pillow); "
                             f"allowed without it: {', '.join(NATIVE)}") from None

@@ -25,12 +25,12 @@ import chainermn
 import numpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import chainermn_rt  # noqa: E402
-from chainermn_rt.errors import UserError  # noqa: E402
-from common import add_common_arguments, finish, make_trainer, run  # noqa: E402
-from imagenet_data import (CroppedImages, SyntheticImages, compute_mean,  # noqa: E402
-                           image_list)
-from models import ResNet50  # noqa: E402
+from common import add_common_arguments, finish, make_trainer, run
+from imagenet_data import CroppedImages, SyntheticImages, compute_mean, image_list
+from models import ResNet50
+
+import chainermn_rt
+from chainermn_rt.errors import UserError
 
 
 def datasets(args, comm):

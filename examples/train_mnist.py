@@ -24,9 +24,10 @@ import chainermn
 import numpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import chainermn_rt  # noqa: E402
-from common import add_common_arguments, finish, make_trainer, run  # noqa: E402
-from models import MLP  # noqa: E402
+from common import add_common_arguments, finish, make_trainer, run
+from models import MLP
+
+import chainermn_rt
 
 
 def digits(n: int, seed: int) -> chainer.datasets.TupleDataset:

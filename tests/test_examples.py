@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 
 import numpy
 import pytest
-from conftest import REPO, run_mpi
+from conftest import PYTHON, REPO, run_mpi
 
 from chainermn_rt.errors import UserError
 
 sys.path.insert(0, str(REPO / "examples"))
-from imagenet_data import (CroppedImages, compute_mean, image_list, read_image,  # noqa: E402
-                           write_ppm)
+from imagenet_data import CroppedImages, compute_mean, image_list, read_image, write_ppm
 
 MNIST = ["examples/train_mnist.py", "--n-train", "2000", "--n-test", "400", "--unit", "100",
          "--batchsize", "50", "--log-every", "10", "--no-progress"]
@@ -24,11 +24,11 @@ IMAGENET = ["examples/train_imagenet.py", "--insize", "32", "--batchsize", "4", 
 
 def digests(stdout: str) -> dict[int, str]:
     return {int(r): d for r, d in re.findall(r"^rank (\d+) parameters sha256 (\w+)$", stdout,
-                                            re.M)}
+                                            re.MULTILINE)}
 
 
 def images_trained(stdout: str) -> int:
-    match = re.search(r"^throughput: [\d.]+ images/s \((\d+) images in", stdout, re.M)
+    match = re.search(r"^throughput: [\d.]+ images/s \((\d+) images in", stdout, re.MULTILINE)
     assert match, stdout
     return int(match.group(1))
 
@@ -133,3 +133,23 @@ def test_loader_errors_name_the_line(tmp_path, content, message):
 def test_loader_missing_path(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         image_list(str(tmp_path / "nope"))
+
+
+def test_porting_doc_shows_the_real_diff():
+    """docs/porting.md's diff is exactly ``diff -u before.py after.py``."""
+    diff = subprocess.run(["diff", "-u", "examples/port/before.py", "examples/port/after.py"],
+                          capture_output=True, text=True, cwd=REPO, check=False).stdout
+    hunks = diff.split("\n", 2)[2]  # without the two header lines (they carry dates)
+    doc = (REPO / "docs" / "porting.md").read_text()
+    assert f"```diff\n{hunks}```" in doc
+
+
+@pytest.mark.mpi
+def test_porting_example_runs_before_and_after(tmp_path):
+    before = subprocess.run([PYTHON, str(REPO / "examples/port/before.py")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert before.returncode == 0, before.stderr
+    proc = run_mpi(2, [str(REPO / "examples/port/after.py")], cwd=tmp_path)
+    for out in (before.stdout, proc.stdout):
+        epochs = [line.split() for line in out.splitlines() if line.strip()[-1:].isdigit()]
+        assert len(epochs) == 3 and float(epochs[-1][-2]) < float(epochs[0][-2]), out

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     env = JobEnvironment.detect()
     mpi, status = "not checked", 0
     if args.mpi:
-        from mpi4py import MPI  # noqa: PLC0415 - only when asked
+        from mpi4py import MPI
 
         try:
             env = check_against_mpi(env, MPI.COMM_WORLD)

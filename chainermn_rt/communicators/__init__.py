@@ -22,8 +22,8 @@ NAMES = ("auto", CPU_COMMUNICATOR, *CHAINERMN_NAMES)
 def nccl_gpu_available() -> bool:
     """True when CuPy imports, sees at least one GPU and finds NCCL."""
     try:
-        import cupy  # noqa: PLC0415
-        from cupy.cuda import nccl  # noqa: PLC0415
+        import cupy
+        from cupy.cuda import nccl
 
         return bool(getattr(nccl, "available", True)) and cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - no CuPy, no driver, no NCCL: all mean "no"
@@ -43,14 +43,14 @@ def create_communicator(name: str = "auto", mpi_comm=None, **kw):
     """Make a ChainerMN communicator by name; ``chunk_bytes=`` applies to ``chunked`` only."""
     concrete = resolve_name(name)
     if mpi_comm is None:
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD
     if concrete == CPU_COMMUNICATOR:
-        from chainermn_rt.communicators.chunked import ChunkedCommunicator  # noqa: PLC0415
+        from chainermn_rt.communicators.chunked import ChunkedCommunicator
 
         return ChunkedCommunicator(mpi_comm, **kw)
     kw.pop("chunk_bytes", None)  # meaningful for the CPU communicator only (name="auto")
-    import chainermn  # noqa: PLC0415
+    import chainermn
 
     return chainermn.create_communicator(concrete, mpi_comm=mpi_comm, **kw)

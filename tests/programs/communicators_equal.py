@@ -1,6 +1,7 @@
 """Run under ``mpirun -np 2``: ``chunked`` must average exactly like ChainerMN's ``naive``.
 
-Rank 0 prints one JSON line per rank: {"rank": r, "cases": n, "checksum": ...}; exits 1 on a mismatch.
+Rank 0 prints one JSON line per rank ({"rank": r, "cases": n, "checksum": ...});
+a mismatch exits 1.
 """
 
 from __future__ import annotations
