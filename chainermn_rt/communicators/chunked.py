@@ -124,12 +124,12 @@ class _Staging:
             return
         reduced = self.buffer[:self.used]
         mpi_comm.Allreduce(MPI.IN_PLACE, reduced)
-        same = all(piece.dtype == reduced.dtype for piece, _ in self.pending)
-        if same:
-            reduced *= scale
         for piece, offset in self.pending:
-            piece[...] = reduced[offset:offset + piece.size]
-            if not same:  # float16: scale after the cast back, exactly as naive does
-                piece *= scale
+            part = reduced[offset:offset + piece.size]
+            if piece.dtype == part.dtype:  # scale while copying out: one pass
+                numpy.multiply(part, part.dtype.type(scale), out=piece)
+            else:  # float16: cast back, then scale in float16, exactly as naive does
+                piece[...] = part
+                numpy.multiply(piece, piece.dtype.type(scale), out=piece)
         self.pending.clear()
         self.used = 0
