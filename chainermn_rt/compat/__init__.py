@@ -1,4 +1,4 @@
-"""Chainer 7.8.1 on today's stack: the fix set (``chainer_fixes``) and the wheel builder (``build_chainer``).
+"""Chainer 7.8.1 on today's stack: the fix set (``chainer_fixes``), the builder (``build_chainer``).
 
 Nothing here is imported at run time: the fixes live in the patched chainer wheel that
 ``make setup`` builds and installs. :func:`patched_build` tells whether it is installed.

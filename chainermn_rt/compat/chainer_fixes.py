@@ -85,12 +85,16 @@ _SOURCE_FIXES: tuple[Fix, ...] = (
         "DeprecationWarning at import before that"),
     Fix("env-check-osx-lazy", _ENV_CHECK,
         "    blas_opt_info = numpy.distutils.system_info.get_info('blas_opt')\n",
-        "    try:\n"
-        "        import numpy.distutils.system_info  # macOS only, never at import\n"
-        "    except ImportError:  # numpy>=2 on Python>=3.12: no numpy.distutils\n"
-        "        return\n"
-        "    blas_opt_info = numpy.distutils.system_info.get_info('blas_opt')\n",
-        "numpy.distutils (deprecated, gone with Python 3.12) was imported on every platform"),
+        "    try:  # best effort: numpy.distutils is deprecated, broken by setuptools>=74 and\n"
+        "        # gone with Python 3.12; it is imported here (macOS only), never at import\n"
+        "        with warnings.catch_warnings():\n"
+        "            warnings.simplefilter('ignore')\n"
+        "            import numpy.distutils.system_info\n"
+        "            blas_opt_info = numpy.distutils.system_info.get_info('blas_opt')\n"
+        "    except Exception:\n"
+        "        return\n",
+        "setuptools>=74 breaks numpy.distutils (get_info raises): the macOS BLAS check at "
+        "import chainer crashed"),
     Fix("env-check-optional-deps", _ENV_CHECK,
         """            try:
                 pkg_resources.require(requirement)
@@ -271,7 +275,8 @@ def _requirements_satisfied(*requirements):
         "(flat, pure_nccl)"),
     Fix("memory-utility-half-unpack", "chainermn/communicators/_memory_utility.py",
         "#include <cupy/carray.cuh>\n#define NCCL_FLOAT16  6\n#define NCCL_FLOAT32  7\n"
-        "#define NCCL_FLOAT64  8\n    extern \"C\" __global__\n    void cupy_batched_unpack_params(",
+        "#define NCCL_FLOAT64  8\n    extern \"C\" __global__\n"
+        "    void cupy_batched_unpack_params(",
         "#include <cupy/carray.cuh>\n#include <cuda_fp16.h>\n#define NCCL_FLOAT16  6\n"
         "#define NCCL_FLOAT32  7\n#define NCCL_FLOAT64  8\n    extern \"C\" __global__\n"
         "    void cupy_batched_unpack_params(",
