@@ -41,16 +41,24 @@ def relaunch_under_mpirun(np: int, extra_env: dict | None = None) -> bool:
 
 def slowest_median_ms(comm, fn, repeat: int, warmup: int = 2) -> float:
     """Median over ``repeat`` calls of the slowest rank's time, in ms (barrier before each)."""
-    from mpi4py import MPI
+    return interleaved_medians_ms(comm, {"fn": fn}, repeat, warmup)["fn"]
 
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
-        times.append(comm.allreduce(elapsed, op=MPI.MAX))
-    times.sort()
-    return 1000 * times[len(times) // 2]
+
+def interleaved_medians_ms(comm, methods: dict, rounds: int, warmup: int = 2) -> dict:
+    """Per method, the median over ``rounds`` of the slowest rank's time in ms.
+
+    Each round runs every method once, in turn, so a change in the machine's load
+    during the run affects all methods alike and their ratios stay fair.
+    """
+    from mpi4py import MPI  # noqa: PLC0415
+
+    times: dict = {name: [] for name in methods}
+    for round_ in range(warmup + rounds):
+        for name, fn in methods.items():
+            comm.Barrier()
+            start = time.perf_counter()
+            fn()
+            elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+            if round_ >= warmup:
+                times[name].append(elapsed)
+    return {name: 1000 * sorted(t)[len(t) // 2] for name, t in times.items()}

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from _mpi import relaunch_under_mpirun, slowest_median_ms
+from _mpi import interleaved_medians_ms, relaunch_under_mpirun
 
 SWEEP = [1 << s for s in range(16, 25)]  # 64 KiB .. 16 MiB
 
@@ -65,42 +65,41 @@ def main() -> int:
     grads = resnet50_grads(comm.rank)
     n = sum(g.size for g in grads)
     flat = numpy.concatenate([g.reshape(-1) for g in grads])
-    time = lambda fn: slowest_median_ms(comm, fn, args.repeat)
-    rows = [("raw Allreduce, one call", None, time(lambda: comm.Allreduce(MPI.IN_PLACE, flat)))]
 
     def raw_chunked(chunk_bytes):
         step = chunk_bytes // flat.itemsize
         for s in range(0, flat.size, step):
             comm.Allreduce(MPI.IN_PLACE, flat[s:s + step])
 
-    raw = {c: time(lambda c=c: raw_chunked(c)) for c in SWEEP}
-    rows += [("raw Allreduce, chunked", c, ms) for c, ms in raw.items()]
-    best_chunk = min(raw, key=raw.get)
-    naive_link = as_link([g.copy() for g in grads])
+    naive_link, link = as_link([g.copy() for g in grads]), as_link(grads)
     naive = NaiveCommunicator(comm)
-    rows.append(("chainermn naive", None, time(lambda: naive.multi_node_mean_grad(naive_link))))
-    link = as_link(grads)
-    ours = {}
-    for c in SWEEP:
-        chunked = ChunkedCommunicator(comm, chunk_bytes=c)
-        ours[c] = time(chunked_call(chunked, link))
-        rows.append(("chunked (ours)", c, ours[c]))
-    default = ChunkedCommunicator(comm)
-    ours_ms = time(lambda: default.multi_node_mean_grad(link))
-    rows.append(("chunked (ours), default", DEFAULT_CHUNK_BYTES, ours_ms))
+    methods = {("raw Allreduce, one call", None): lambda: comm.Allreduce(MPI.IN_PLACE, flat)}
+    methods.update({("raw Allreduce, chunked", c): (lambda c=c: raw_chunked(c)) for c in SWEEP})
+    methods[("chainermn naive", None)] = lambda: naive.multi_node_mean_grad(naive_link)
+    methods.update({("chunked (ours)", c): chunked_call(ChunkedCommunicator(comm, c), link)
+                    for c in SWEEP})
+    methods[("chunked (ours), default", DEFAULT_CHUNK_BYTES)] = chunked_call(
+        ChunkedCommunicator(comm), link)
+    ms = interleaved_medians_ms(comm, methods, args.repeat)
+    rows = [(name, chunk, t) for (name, chunk), t in ms.items()]
+    raw = {c: t for (name, c), t in ms.items() if name == "raw Allreduce, chunked"}
+    ours = {c: t for (name, c), t in ms.items() if name == "chunked (ours)"}
+    best_chunk = min(raw, key=raw.get)
+    ours_ms = ms[("chunked (ours), default", DEFAULT_CHUNK_BYTES)]
+    naive_ms = ms[("chainermn naive", None)]
     if comm.rank == 0:
         print(f"{len(grads)} arrays, {n:,} float32 ({4 * n / 1e6:.1f} MB), {comm.size} ranks, "
-              f"median of {args.repeat}, slowest rank")
+              f"median of {args.repeat} interleaved rounds, slowest rank")
         print(f"{'method':28} {'chunk':>9} {'ms':>8}")
-        for name, chunk, ms in rows:
-            print(f"{name:28} {'' if chunk is None else f'{chunk >> 10} KiB':>9} {ms:8.2f}")
-        naive_ms = rows[len(SWEEP) + 1][2]
+        for name, chunk, t in rows:
+            print(f"{name:28} {'' if chunk is None else f'{chunk >> 10} KiB':>9} {t:8.2f}")
         print(json.dumps({
             "ours_ms": round(ours_ms, 2), "naive_ms": round(naive_ms, 2),
             "best_raw_ms": round(raw[best_chunk], 2),
             "ratio_vs_best_raw": round(raw[best_chunk] / ours_ms, 3),
             "speedup_vs_naive": round(naive_ms / ours_ms, 3),
-            "one_call_raw_ms": round(rows[0][2], 2), "best_raw_chunk_bytes": best_chunk,
+            "one_call_raw_ms": round(ms[("raw Allreduce, one call", None)], 2),
+            "best_raw_chunk_bytes": best_chunk,
             "ours_chunk_bytes": DEFAULT_CHUNK_BYTES,
             "best_ours_chunk_bytes": min(ours, key=ours.get), "arrays": len(grads),
             "values": n, "ranks": comm.size}))

@@ -84,3 +84,13 @@ def test_env_command_bad_variable_is_one_line(monkeypatch, capsys):
     assert main(["env"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "SLURM_PROCID='x'" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+def test_setup_on_a_gpu_picks_pure_nccl():
+    proc = run_mpi(1, ["tests/programs/setup_rank.py"],
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get(
+                       "CUDA_VISIBLE_DEVICES", "0").split(",")[0]})
+    (row,) = json.loads(proc.stdout)
+    assert (row["communicator"], row["device"]) == ("PureNcclCommunicator", "@cupy:0")
