@@ -53,17 +53,22 @@ def _base(version: str) -> str:
 
 
 def read_versions(path: Path = VERSIONS_FILE) -> dict | None:
+    """The image's VERSIONS table; None when absent; ``{"error": why}`` when unreadable."""
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
         return None
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        return {"error": f"{path}: {err}"}
 
 
 def flavor_check(image: bool, versions: dict | None) -> Check:
     if image:
         if versions is None:
             return Check("flavor", FAIL, f"{VERSIONS_FILE} missing: not a chainermn-rt image")
+        if "error" in versions:
+            return Check("flavor", FAIL, versions["error"])
         return Check("flavor", OK, f"{versions.get('flavor')} (from {VERSIONS_FILE})")
     try:
         importlib.import_module("cupy")

@@ -87,3 +87,10 @@ def test_a_wrong_version_fails():
 def test_lines_are_aligned():
     line = doctor.format_line(doctor.Check("mpi4py", "n/a", "why"))
     assert line == "n/a   mpi4py         why"
+
+
+def test_an_unreadable_versions_file_fails_the_flavor_check(tmp_path):
+    (tmp_path / "VERSIONS").mkdir()  # reading it raises IsADirectoryError
+    proc = _doctor("--image", env=dict(os.environ, CHAINERMN_RT_VERSIONS=str(tmp_path / "VERSIONS")))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("FAIL  flavor"), proc.stdout
