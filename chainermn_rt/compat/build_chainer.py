@@ -83,7 +83,7 @@ def _pip_download(dest: Path) -> None:
     if "PIP_CONSTRAINT" not in env:  # pip < 25.3 passes only this one to build environments
         env["PIP_CONSTRAINT"] = str(constraint)
     _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-          "--no-binary", ":all:", f"chainer=={fixes.CHAINER_VERSION}", "--dest", str(dest)],
+          "--no-binary", "chainer", f"chainer=={fixes.CHAINER_VERSION}", "--dest", str(dest)],
          env=env)
 
 
