@@ -336,6 +336,7 @@ FIXES: tuple[Fix, ...] = _SOURCE_FIXES + (
 
 
 def marker_source(fixes: tuple[Fix, ...]) -> str:
+    """Text of ``chainer/_chainermn_rt_fixes.py``: the build and the names of ``fixes``."""
     names = "".join(f"    {fix.name!r},\n" for fix in fixes)
     return ('"""Written by chainermn-rt: this chainer was built with its modern-stack fixes."""\n'
             f"BUILD = {wheel_version()!r}\nAPPLIED = (\n{names})\n")
