@@ -226,7 +226,11 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
     from chainermn_rt.site import load_site
 
     site_text = (REPO / "slurm/sites/sandbox.toml").read_text()
+    # the sandbox's state (slurmd spool with the PMIx sockets) and the job's folder appear at
+    # the same paths inside; ch-run binds only onto folders that exist in the image
     binds = [f"{REPO / 'examples'}:/mnt", str(sandbox.state_dir), str(tmp_path)]
+    for path in binds[1:]:
+        (charliecloud_dir / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
     container = ('[container]\nruntime = "charliecloud"\n'
                  f'image = "{charliecloud_dir}"\nbinds = {json.dumps(binds)}')
     assert '[container]\nruntime = "none"' in site_text
