@@ -38,10 +38,24 @@ def mpirun_argv(np: int) -> list[str]:
     return argv
 
 
+LAUNCHER_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "OPAL_", "ORTE_", "PRTE_")
+SINGLETON_MCA = ("OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_opal_")
+
+
+def clean_launcher_env(env: dict | None = None) -> dict:
+    """``env`` (default os.environ) without a launcher's variables: an MPI initialised inside
+    the pytest process (a singleton) leaves them behind, and they would confuse mpirun."""
+    base = dict(os.environ if env is None else env)
+    return {k: v for k, v in base.items() if not k.startswith(LAUNCHER_PREFIXES)
+            or (k.startswith("OMPI_MCA_") and not k.startswith(SINGLETON_MCA))
+            or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+
+
 def run_mpi(np: int, args: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     """Run ``mpirun -np N python ARGS`` for real and fail with its output when it fails."""
+    env = clean_launcher_env(kwargs.pop("env", None))
     proc = subprocess.run(mpirun_argv(np) + [PYTHON, *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=kwargs.pop("cwd", REPO), **kwargs)
+                          timeout=timeout, cwd=kwargs.pop("cwd", REPO), env=env, **kwargs)
     if proc.returncode != 0:
         pytest.fail(f"mpirun -np {np} {' '.join(args)} exited {proc.returncode}\n"
                     f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}",

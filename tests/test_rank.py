@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_mpi
+from conftest import REPO, clean_launcher_env, run_mpi
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
@@ -58,12 +58,7 @@ def test_more_ranks_than_gpus_is_a_clear_error():
 
 
 def _rank_env(**extra):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith(("SLURM_", "OMPI_", "PMIX_", "PMI_")):
-            del env[k]
-    env.update(extra)
-    return env
+    return clean_launcher_env() | extra
 
 
 def test_rank_step_execs_the_command_with_argv_intact(tmp_path):
