@@ -83,8 +83,13 @@ def image(flavor: str, engine_name: str | None, base: str | None) -> float:
         rc = subprocess.run(argv, env=dict(os.environ, DOCKER_BUILDKIT="1"),
                             check=False).returncode
     if rc != 0:
-        hint = "" if base else (f"; without a registry run `make base`, then `make image "
-                                f"FLAVOR={flavor} BASE={load()['debian']['local_base']}`")
+        hint = ""
+        if not base and flavor == "cpu":
+            hint = (f"; without a registry run `make base`, then `make image FLAVOR=cpu "
+                    f"BASE={load()['debian']['local_base']}`")
+        elif not base:
+            hint = ("; the gpu flavour needs the CUDA images named in containers/versions.toml "
+                    "[cuda] (a registry, or local copies tagged with those names)")
         raise BuildError(f"{' '.join(argv[:2])} of {flavor} exited {rc}{hint}")
     seconds = time.monotonic() - start
     print(f"built {tag(flavor)} with {engine} in {seconds:.0f} s")
