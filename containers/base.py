@@ -33,7 +33,8 @@ def mirror_from_apt(apt: Path = APT, suite: str = "bookworm") -> str:
 
     >>> import pathlib, tempfile
     >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "sources.list.d").mkdir()
-    >>> _ = (d / "sources.list").write_text("deb [arch=amd64] http://m.example/debian bookworm main\\n")
+    >>> line = "deb [arch=amd64] http://m.example/debian bookworm main\\n"
+    >>> _ = (d / "sources.list").write_text(line)
     >>> mirror_from_apt(d)
     'http://m.example/debian'
     """

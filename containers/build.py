@@ -1,4 +1,4 @@
-"""Build the images with whatever engine this machine has: docker, podman or buildah; then SIF/SquashFS.
+"""Build the images with the engine this machine has (docker, podman, buildah); then SIF/SquashFS.
 
 Example::
 

@@ -34,7 +34,7 @@ DOCKERD = "/usr/sbin/dockerd"
 
 
 class Dockerd:
-    """One dockerd owned by this checkout; ``start`` reuses a running one, ``stop`` ends only its own."""
+    """This checkout's dockerd: ``start`` reuses a running one, ``stop`` ends only that PID."""
 
     def __init__(self, state: Path = STATE) -> None:
         self.state = Path(state)

@@ -1,4 +1,4 @@
-"""A recipe as data (stages of small steps) and its two writers: Dockerfile and Singularity definition.
+"""A recipe as data (stages of small steps) and its writers: Dockerfile and Singularity definition.
 
 Blocks (containers/blocks/) return lists of steps; a flavour (containers/flavors.py)
 puts them into stages. Both writers read the same steps, so the two files cannot
@@ -148,7 +148,8 @@ def to_docker(recipe: Recipe) -> str:
             elif isinstance(step, Env):
                 out.append("ENV " + " \\\n    ".join(f"{k}={_quote(v)}" for k, v in step.values))
             elif isinstance(step, Label):
-                out.append("LABEL " + " \\\n      ".join(f"{k}={_quote(v)}" for k, v in step.values))
+                pairs = [f"{k}={_quote(v)}" for k, v in step.values]
+                out.append("LABEL " + " \\\n      ".join(pairs))
             elif isinstance(step, Copy):
                 frm = f"--from={step.from_stage} " if step.from_stage else ""
                 out.append(f"COPY {frm}{step.src} {step.dest}")
@@ -173,7 +174,7 @@ def to_singularity(recipe: Recipe) -> str:
                 copies.setdefault(step.from_stage, []).append(f"{step.src} {step.dest}")
             elif isinstance(step, Run):
                 post += [f"# {line}" for line in step.comment.splitlines()]
-                # one command a line: under `set -e` a failing command inside `a && b` would not stop
+                # one command a line: `set -e` does not stop at a failure inside `a && b`
                 post += [CA_PRELUDE, *step.commands] if step.network else list(step.commands)
             elif isinstance(step, Env):
                 post += [f"export {k}={_quote(v)}" for k, v in step.values]

@@ -134,7 +134,7 @@ def test_chainermn_rt():
         "COPY README.md /s/README.md\n"
         "COPY chainermn_rt /s/chainermn_rt\n"
         "COPY slurm /s/slurm\n"
-        "# the patched chainer wheel, then chainermn_rt with the pins of pyproject.toml\n"
+        "# the patched chainer wheel, then chainermn_rt with pyproject's pins\n"
         f"RUN {SECRET}{CA_PRELUDE} && \\\n"
         "    PYTHONPATH=/s python -m chainermn_rt.compat.build_chainer --out /tmp/wheels && \\\n"
         "    pip install --no-cache-dir --find-links /tmp/wheels '/s[gpu]'\n")

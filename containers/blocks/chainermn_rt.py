@@ -29,5 +29,5 @@ def install(src: str, extras: tuple[str, ...] = ()) -> Run:
     target = f"'{src}[{','.join(extras)}]'" if extras else src
     return Run((f"PYTHONPATH={src} python -m chainermn_rt.compat.build_chainer --out {WHEELS}",
                 f"pip install --no-cache-dir --find-links {WHEELS} {target}"),
-               comment="the patched chainer wheel, then chainermn_rt with the pins of pyproject.toml",
+               comment="the patched chainer wheel, then chainermn_rt with pyproject's pins",
                network=True)

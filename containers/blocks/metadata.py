@@ -5,7 +5,7 @@ Example::
     >>> dict(labels("cpu", "0.1.0", {"openmpi": "4.1.4"}).values)["io.chainermn-rt.openmpi"]
     '4.1.4'
     >>> print(versions_file("cpu", "0.1.0", {"openmpi": "4.1.4"}, {"numpy": "2.4.6"}))
-    # /opt/chainermn_rt/VERSIONS: what this image was built with; `chainermn-rt doctor --image` checks it.
+    # /opt/chainermn_rt/VERSIONS: the image's stack; `chainermn-rt doctor --image` checks it.
     flavor = "cpu"
     chainermn-rt = "0.1.0"
     <BLANKLINE>
@@ -38,7 +38,7 @@ def labels(flavor: str, version: str, system: dict[str, str],
 
 def versions_file(flavor: str, version: str, system: dict[str, str],
                   python: dict[str, str]) -> str:
-    lines = [(f"# {VERSIONS_PATH}: what this image was built with; "
+    lines = [(f"# {VERSIONS_PATH}: the image's stack; "
               "`chainermn-rt doctor --image` checks it."),
              f'flavor = "{flavor}"', f'chainermn-rt = "{version}"', "", "[system]"]
     lines += [f'{k} = "{system[k]}"' for k in sorted(system)]

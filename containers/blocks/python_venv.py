@@ -24,7 +24,7 @@ def env(prefix: str, path_before: str = "") -> Env:
 
 
 def build(prefix: str, pip: str) -> list:
-    """The venv, with the pip the project pins (the distribution's is too old for chainer's build)."""
+    """The venv with the project's pip (the distribution's is too old to build chainer)."""
     return [Run((f"python3 -m venv {prefix}/venv",
                  f"{prefix}/venv/bin/pip install --no-cache-dir pip=={pip}"), network=True)]
 
