@@ -95,7 +95,8 @@ def cuda_mpi_check(flavor: str, params: dict[str, str]) -> Check:
         return Check("mpi-cuda", NA, f"cpu flavour (mpi_built_with_cuda_support={value})")
     if value == "true":
         return Check("mpi-cuda", OK, "mpi_built_with_cuda_support=true")
-    return Check("mpi-cuda", FAIL, f"mpi_built_with_cuda_support={value}: Open MPI is not CUDA-aware")
+    return Check("mpi-cuda", FAIL,
+                 f"mpi_built_with_cuda_support={value}: Open MPI is not CUDA-aware")
 
 
 def ucx_check(flavor: str) -> Check:

@@ -1,4 +1,4 @@
-"""``chainermn-rt doctor``: real checks on this machine; fake ucx_info / ompi_info only for GPU and IB."""
+"""``chainermn-rt doctor``: real checks here; a fake ucx_info only for what needs a GPU and IB."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import os
 import subprocess
 
 import pytest
-from conftest import PYTHON, REPO, require_commands
 
 from chainermn_rt import doctor
+
+from conftest import PYTHON, REPO, require_commands
 
 
 def _doctor(*args, env=None):
@@ -91,6 +92,7 @@ def test_lines_are_aligned():
 
 def test_an_unreadable_versions_file_fails_the_flavor_check(tmp_path):
     (tmp_path / "VERSIONS").mkdir()  # reading it raises IsADirectoryError
-    proc = _doctor("--image", env=dict(os.environ, CHAINERMN_RT_VERSIONS=str(tmp_path / "VERSIONS")))
+    env = dict(os.environ, CHAINERMN_RT_VERSIONS=str(tmp_path / "VERSIONS"))
+    proc = _doctor("--image", env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stdout.startswith("FAIL  flavor"), proc.stdout

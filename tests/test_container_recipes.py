@@ -1,4 +1,4 @@
-"""The committed recipes: generated from one source of truth, in step with each other, lint clean."""
+"""The committed recipes: generated from one source of truth, in step with each other, clean."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+
 from conftest import PYTHON, REPO
 
 sys.path.insert(0, str(REPO))
@@ -102,7 +103,8 @@ def test_hadolint_clean(flavor):
     text = dockerfile.read_text()
     for ignored in re.findall(r"# hadolint ignore=(\S+)", text):
         for rule in ignored.split(","):
-            assert re.search(rf"^# {rule}: \S", text, flags=re.MULTILINE), f"{rule} ignored without a reason"
+            reason = re.search(rf"^# {rule}: \S", text, flags=re.MULTILINE)
+            assert reason, f"{rule} ignored without a reason"
 
 
 def test_hadolint_catches_a_broken_recipe(tmp_path):
@@ -140,7 +142,8 @@ def test_versions_file_lists_the_stack():
 
 def test_gpu_recipe_has_the_whole_stack():
     text = (REPO / "containers/gpu/Dockerfile").read_text()
-    for needle in ("nvidia/cuda:12.", "libibverbs-dev", "librdmacm-dev", "--with-cuda=/usr/local/cuda",
+    for needle in ("nvidia/cuda:12.", "libibverbs-dev", "librdmacm-dev",
+                   "--with-cuda=/usr/local/cuda",
                    "--with-ucx=/opt/ucx", "--with-pmix=/opt/pmix", "--with-gdrcopy=/opt/gdrcopy",
                    "--with-verbs", "MPICC=/opt/openmpi/bin/mpicc", "'/opt/chainermn_rt/src[gpu]'",
                    'OMPI_MCA_pml="ucx"', "sha256sum -c"):
@@ -172,7 +175,8 @@ def test_mirror_is_read_from_apt(tmp_path):
     assert mirror_from_apt(tmp_path) == "http://mirror.invalid/debian"
     (tmp_path / "sources.list.d" / "debian.sources").unlink()
     (tmp_path / "sources.list").write_text("# deb http://no.invalid bookworm main\n"
-                                           "deb [signed-by=/k.gpg] http://one.invalid/d bookworm main\n")
+                                           "deb [signed-by=/k.gpg] http://one.invalid/d bookworm"
+                                           " main\n")
     assert mirror_from_apt(tmp_path) == "http://one.invalid/d"
     (tmp_path / "sources.list").write_text("")
     with pytest.raises(RuntimeError, match="no 'deb' source for bookworm"):
