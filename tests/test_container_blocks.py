@@ -84,7 +84,7 @@ def test_ucx():
         "ucx", "UCX 9.9 with CUDA, verbs, rdmacm and gdrcopy",
         "./contrib/configure-release --prefix=/opt/ucx --with-cuda=/usr/local/cuda --with-verbs"
         " --with-rdmacm --with-gdrcopy=/opt/gdrcopy --enable-mt --without-java"
-        " --disable-doxygen-doc --disable-logging")
+        " --disable-doxygen-doc --disable-logging LDFLAGS=-L/usr/local/cuda/lib64/stubs")
 
 
 def test_pmix():

@@ -14,7 +14,8 @@ from containers.recipe import Copy, Run
 
 PREFIX = "/opt/pmix"
 BUILD_PACKAGES = ["libevent-dev", "libhwloc-dev", "zlib1g-dev"]
-RUNTIME_PACKAGES = ["libevent-2.1-7t64", "libevent-pthreads-2.1-7t64", "libhwloc15", "zlib1g"]
+RUNTIME_PACKAGES = ["libevent-2.1-7t64", "libevent-core-2.1-7t64", "libevent-pthreads-2.1-7t64",
+                    "libhwloc15", "zlib1g"]
 
 
 def build(pin: dict) -> Run:

@@ -22,7 +22,9 @@ def build(pin: dict, cuda: str = "/usr/local/cuda") -> Run:
                 "cd /tmp/src/ucx",
                 (f"./contrib/configure-release --prefix={PREFIX} --with-cuda={cuda} --with-verbs"
                 f" --with-rdmacm --with-gdrcopy={gdrcopy.PREFIX} --enable-mt --without-java"
-                " --disable-doxygen-doc --disable-logging"),
+                " --disable-doxygen-doc --disable-logging"
+                # link against the devel image's libcuda stub; the host driver's is used at run time
+                f" LDFLAGS=-L{cuda}/lib64/stubs"),
                 'make -j"$(nproc)" install',
                 "cd /",
                 source.cleanup("ucx")),
