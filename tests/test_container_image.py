@@ -2,8 +2,7 @@
 
 Builds from a debootstrapped base (no registry), runs the in-image doctor, a 2-rank
 MNIST training with mpirun inside the container, and the same image converted for
-Charliecloud under ch-run. Build time and size go to build/images/cpu-build.json
-(bench/RESULTS.md quotes them).
+Charliecloud under ch-run, and under srun on the Slurm sandbox.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +33,6 @@ pytestmark = pytest.mark.docker
 
 MNIST = ["train_mnist.py", "--iterations", "20", "--n-train", "2000", "--n-test", "200",
          "--unit", "100", "--no-progress", "--out", "/tmp/result"]
-RECORD = image_build.OUT / "cpu-build.json"
 
 
 def _run(argv, env=None, timeout=900, check=True, **kw) -> subprocess.CompletedProcess:
@@ -66,15 +63,8 @@ def cpu_image(engine):
     env = engine.env()
     if _run([DOCKER, "image", "inspect", base], env=env, check=False).returncode != 0:
         make_base(base, load()["debian"]["suite"], engine)
-    tag = image_build.tag("cpu")
-    start = time.monotonic()
     _run(image_build.build_argv("docker", "cpu", base), env=env, timeout=3000)
-    seconds = time.monotonic() - start
-    size = int(_run([DOCKER, "image", "inspect", "-f", "{{.Size}}", tag], env=env).stdout)
-    image_build.OUT.mkdir(parents=True, exist_ok=True)
-    RECORD.write_text(json.dumps({"tag": tag, "build_seconds": round(seconds, 1),
-                                  "size_bytes": size}) + "\n")
-    return tag
+    return image_build.tag("cpu")
 
 
 def docker_run(engine, tag, *argv, extra=(), check=True):
