@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "examples")]
 
-from chainermn_rt.job_env import JobEnvironment
+from chainermn_rt.job_env import JobEnvironment  # noqa: E402 - needs the path above
 
 
 def mpirun_argv(np: int) -> list[str]:

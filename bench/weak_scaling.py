@@ -1,13 +1,17 @@
 """Weak scaling on CPU: 1 rank vs 2 ranks at the same per-rank batch, one thread per rank.
 
-For each model (the MLP 784-1000-1000-10 with Adam; ResNet-50 on small synthetic
+For each model (the MLP 784-1000-1000-10 with Adam; ResNet-50 on 32x32 synthetic
 images with momentum SGD) and communicator (ChainerMN's ``naive``, ours
-``chunked``), it times training iterations (forward, backward, gradient
-averaging, update; median of the slowest rank) and prints efficiency
-``t1 / t2`` (1.0 = perfect), then one JSON line with every figure.
+``chunked``) it times training iterations (forward, backward, gradient
+averaging, update) and prints efficiency ``t1 / t2`` (1.0 = perfect), then one
+JSON line with every figure.
 
-Run: ``python bench/weak_scaling.py [--models mlp,resnet50] [--iterations 30]``
-(starts ``mpirun -np 1`` and ``-np 2`` itself).
+Both cases run in the same ``mpirun -np 2``, in alternating rounds: in a
+1-rank round rank 0 trains alone (communicator over ``COMM_SELF``) while rank 1
+sleeps; in a 2-rank round both train. A change in the machine's load then
+hits both alike. Times are medians over rounds of the slowest rank.
+
+Run: ``python bench/weak_scaling.py [--models mlp,resnet50] [--rounds 7]``
 """
 
 from __future__ import annotations
@@ -15,28 +19,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
+import time
 
-from _mpi import mpirun_argv, slowest_median_ms
+from _mpi import relaunch_under_mpirun
 
 THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-# model -> (per-rank batch sizes, timed iterations for the default --iterations 30)
-CASES = {"mlp": ((64, 256), 1.0), "resnet50": ((8,), 0.2)}
+# model -> (per-rank batch sizes, iterations per round)
+CASES = {"mlp": ((64, 256), 10), "resnet50": ((8,), 2)}
 
 
-def worker(model_name: str, batch: int, communicator: str, iterations: int) -> None:
-    import chainer
-    import chainer.links as L
-    import chainermn
-    import numpy
-    from models import MLP, ResNet50
+def build(model_name: str, batch: int, comm, seed: int):
+    """A multi-node optimizer over ``comm`` and one batch; the same weights on every rank."""
+    import chainer  # noqa: PLC0415
+    import chainer.links as L  # noqa: PLC0415
+    import chainermn  # noqa: PLC0415
+    import numpy  # noqa: PLC0415
+    from models import MLP, ResNet50  # noqa: PLC0415
 
-    from chainermn_rt.communicators import create_communicator
-
-    comm = create_communicator(communicator)
     numpy.random.seed(0)
-    rng = numpy.random.default_rng(comm.rank)
+    rng = numpy.random.default_rng(seed)
     if model_name == "mlp":
         model, optimizer = L.Classifier(MLP(1000, 10)), chainer.optimizers.Adam()
         x = rng.random((batch, 784), dtype=numpy.float32)
@@ -46,50 +48,74 @@ def worker(model_name: str, batch: int, communicator: str, iterations: int) -> N
     t = rng.integers(0, 10, batch).astype(numpy.int32)
     optimizer = chainermn.create_multi_node_optimizer(optimizer, comm)
     optimizer.setup(model)
-    ms = slowest_median_ms(comm.mpi_comm, lambda: optimizer.update(model, x, t), iterations)
-    if comm.rank == 0:
-        print(json.dumps({"ms": ms}), flush=True)
+    optimizer.update(model, x, t)  # warm-up (first call allocates and broadcasts)
+    return lambda: optimizer.update(model, x, t)
 
 
-def measure(model: str, batch: int, communicator: str, ranks: int, iterations: int) -> float:
-    argv = mpirun_argv(ranks) + [sys.executable, __file__, "--worker", model, "--batch",
-                                 str(batch), "--communicator", communicator, "--iterations",
-                                 str(iterations)]
-    out = subprocess.run(argv, env=dict(os.environ, **THREADS), capture_output=True, text=True,
-                         check=False)
-    if out.returncode:
-        sys.exit(f"{' '.join(argv)} failed:\n{out.stdout}\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["ms"]
+def idle_until_rank0(world) -> None:
+    """Rank 1 sleeps (no busy polling) until rank 0 ends its 1-rank round."""
+    request = world.Ibarrier()
+    while not request.Test():
+        time.sleep(0.0005)
+
+
+def measure(model: str, batch: int, name: str, rounds: int, iterations: int):
+    from mpi4py import MPI  # noqa: PLC0415
+
+    from chainermn_rt.communicators import create_communicator  # noqa: PLC0415
+
+    world = MPI.COMM_WORLD
+    step2 = build(model, batch, create_communicator(name, world), world.rank)
+    step1 = build(model, batch, create_communicator(name, MPI.COMM_SELF), 0) \
+        if world.rank == 0 else None
+    t1, t2 = [], []
+    for _ in range(rounds):
+        if world.rank == 0:
+            start = time.perf_counter()
+            for _ in range(iterations):
+                step1()
+            t1.append((time.perf_counter() - start) / iterations)
+            world.Ibarrier().Wait()
+        else:
+            idle_until_rank0(world)
+        world.Barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            step2()
+        t2.append(world.allreduce((time.perf_counter() - start) / iterations, op=MPI.MAX))
+    median = lambda v: 1000 * sorted(v)[len(v) // 2]  # noqa: E731
+    return (median(t1), median(t2)) if world.rank == 0 else (None, None)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,resnet50")
     parser.add_argument("--communicators", default="naive,chunked")
-    parser.add_argument("--iterations", type=int, default=30, help="timed MLP iterations")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--communicator", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    if args.worker:
-        worker(args.worker, args.batch, args.communicator, args.iterations)
+    os.environ.update(THREADS)
+    if relaunch_under_mpirun(2, THREADS):
         return 0
+    from mpi4py import MPI  # noqa: PLC0415
+
+    rank0 = MPI.COMM_WORLD.rank == 0
     rows = []
-    print(f"{'model':9} {'batch/rank':>10} {'communicator':>12} {'1 rank ms':>10} "
-          f"{'2 ranks ms':>10} {'efficiency':>10}", flush=True)
+    if rank0:
+        print(f"{'model':9} {'batch/rank':>10} {'communicator':>12} {'1 rank ms':>10} "
+              f"{'2 ranks ms':>10} {'efficiency':>10}", flush=True)
     for model in args.models.split(","):
-        batches, share = CASES[model]
-        iterations = max(3, int(args.iterations * share))
+        batches, iterations = CASES[model]
         for batch in batches:
-            t1 = measure(model, batch, "naive", 1, iterations)  # no exchange with one rank
             for name in args.communicators.split(","):
-                t2 = measure(model, batch, name, 2, iterations)
-                rows.append({"model": model, "batch": batch, "communicator": name,
-                             "t1_ms": round(t1, 2), "t2_ms": round(t2, 2),
-                             "efficiency": round(t1 / t2, 3)})
-                print(f"{model:9} {batch:10} {name:>12} {t1:10.2f} {t2:10.2f} "
-                      f"{t1 / t2:10.3f}", flush=True)
-    print(json.dumps({"weak_scaling": rows}))
+                t1, t2 = measure(model, batch, name, args.rounds, iterations)
+                if rank0:
+                    rows.append({"model": model, "batch": batch, "communicator": name,
+                                 "t1_ms": round(t1, 2), "t2_ms": round(t2, 2),
+                                 "efficiency": round(t1 / t2, 3)})
+                    print(f"{model:9} {batch:10} {name:>12} {t1:10.2f} {t2:10.2f} "
+                          f"{t1 / t2:10.3f}", flush=True)
+    if rank0:
+        print(json.dumps({"weak_scaling": rows}))
     return 0
 
 

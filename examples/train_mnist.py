@@ -37,7 +37,7 @@ def digits(n: int, seed: int) -> chainer.datasets.TupleDataset:
     labels = rng.integers(0, 10, n).astype(numpy.int32)
     shifts = rng.integers(-2, 3, (n, 2))
     images = numpy.stack([numpy.roll(templates[c], tuple(s), axis=(0, 1))
-                          for c, s in zip(labels, shifts)])
+                          for c, s in zip(labels, shifts, strict=True)])
     images += rng.normal(0, 0.3, images.shape).astype(numpy.float32)
     return chainer.datasets.TupleDataset(
         numpy.clip(images, 0, 1).reshape(n, 784).astype(numpy.float32), labels)

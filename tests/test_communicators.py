@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_mpi
 
 from chainermn_rt.communicators import resolve_name
 from chainermn_rt.errors import UserError
+
+from conftest import run_mpi
 
 
 @pytest.mark.mpi

@@ -10,9 +10,10 @@ import sys
 
 import numpy
 import pytest
-from conftest import PYTHON, REPO, run_mpi
 
 from chainermn_rt.errors import UserError
+
+from conftest import PYTHON, REPO, run_mpi
 
 sys.path.insert(0, str(REPO / "examples"))
 from imagenet_data import CroppedImages, compute_mean, image_list, read_image, write_ppm

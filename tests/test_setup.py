@@ -7,9 +7,10 @@ import os
 import subprocess
 
 import pytest
-from conftest import PYTHON, REPO, mpirun_argv, run_mpi
 
 from chainermn_rt.cli import main
+
+from conftest import PYTHON, REPO, mpirun_argv, run_mpi
 
 
 @pytest.mark.mpi

@@ -42,12 +42,13 @@ def run(args: argparse.Namespace) -> int:
     device = choose_device(env.local_rank, env.local_size) if env.local_size else None
     visible = os.environ.get(VISIBLE_VAR)
     if args.json:
-        print(json.dumps({**asdict(env), "device": device, VISIBLE_VAR: visible, "mpi": mpi}),
-              flush=True)
+        line = json.dumps({**asdict(env), "device": device, VISIBLE_VAR: visible, "mpi": mpi})
     else:
         where = "CPU" if device is None else f"device {device}"
         shown = "unset" if visible is None else repr(visible)
-        print(f"{env.describe()}; {where} ({VISIBLE_VAR} {shown}); MPI {mpi}", flush=True)
+        line = f"{env.describe()}; {where} ({VISIBLE_VAR} {shown}); MPI {mpi}"
+    sys.stdout.write(line + "\n")  # one write: lines of several ranks do not mix
+    sys.stdout.flush()
     if status:
         print(f"chainermn-rt env: error: {mpi}", file=sys.stderr)
     return status

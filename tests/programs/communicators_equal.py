@@ -71,7 +71,7 @@ for dtype in (numpy.float32, numpy.float64, numpy.float16):
             link = link_of(arrays, none)
             ChunkedCommunicator(comm, chunk_bytes=chunk).multi_node_mean_grad(link, zero_fill)
             got = grads(link)
-            bad = [n for (n, a), (_, b) in zip(expected, got) if not same_bits(a, b)]
+            bad = [n for (n, a), (_, b) in zip(expected, got, strict=True) if not same_bits(a, b)]
             if bad:
                 print(f"rank {comm.rank}: {numpy.dtype(dtype)} chunk {chunk} zero_fill "
                       f"{zero_fill}: differs from naive in {bad}", file=sys.stderr, flush=True)
@@ -85,7 +85,8 @@ mixed = [values((33,), numpy.float16), values((40,), numpy.float32)]
 ref, link = link_of(mixed), link_of(mixed)
 NaiveCommunicator(comm).multi_node_mean_grad(ref)
 ChunkedCommunicator(comm, chunk_bytes=64).multi_node_mean_grad(link)
-assert all(same_bits(a, b) for (_, a), (_, b) in zip(grads(ref), grads(link))), "mixed dtypes"
+pairs = zip(grads(ref), grads(link), strict=True)
+assert all(same_bits(a, b) for (_, a), (_, b) in pairs), "mixed dtypes"
 strided = values((8, 6), numpy.float32)
 want = comm.allreduce(strided[:, ::2].astype(numpy.float64)) * 0.5
 view = strided[:, ::2]

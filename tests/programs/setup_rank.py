@@ -11,6 +11,8 @@ import json
 import multiprocessing
 import sys
 
+from chainermn import global_except_hook
+
 import chainermn_rt
 
 parser = argparse.ArgumentParser()
@@ -19,7 +21,6 @@ parser.add_argument("--fail-rank", type=int, default=-1)
 args = parser.parse_args()
 
 comm, device = chainermn_rt.setup(args.communicator)
-from chainermn import global_except_hook
 
 if comm.rank == args.fail_rank:
     raise RuntimeError(f"rank {comm.rank} fails on purpose")
