@@ -7,8 +7,9 @@ Example::
     python containers/build.py sif --flavor cpu              # apptainer or singularity
     python containers/build.py sqfs --flavor cpu             # Charliecloud SquashFS (ch-convert)
 
-Docker builds go to this checkout's own dockerd (containers/dockerd.py) unless
-DOCKER_HOST is set. The build host's CA bundle reaches the build as a secret only.
+Docker builds go to DOCKER_HOST, else to a running system Docker service, else to this
+checkout's own dockerd (containers/dockerd.py, stopped again afterwards). The build
+host's CA bundle reaches the build as a secret only.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def image(flavor: str, engine_name: str | None, base: str | None) -> float:
     engine = find_engine(engine_name)
     argv = build_argv(engine, flavor, base)
     start = time.monotonic()
-    if engine == "docker" and not os.environ.get("DOCKER_HOST"):
+    if engine == "docker" and not _existing_docker():
         with Dockerd() as daemon:
             rc = subprocess.run(argv, env=daemon.env(), check=False).returncode
     else:
@@ -116,7 +117,7 @@ def sif(flavor: str, from_image: bool) -> Path:
 
 def charliecloud_env() -> dict[str, str]:
     """ch-* need Debian's python3 (lark) first on PATH and USER set."""
-    env = Dockerd().env() if not os.environ.get("DOCKER_HOST") else dict(os.environ)
+    env = dict(os.environ) if _existing_docker() else Dockerd().env()
     env["PATH"] = "/usr/bin:/usr/sbin:" + env.get("PATH", "")
     env.setdefault("USER", "root")
     return env
@@ -132,10 +133,20 @@ def charliecloud(flavor: str, fmt: str) -> Path:
         shutil.rmtree(target)
     elif target.exists():
         target.unlink()
-    with Dockerd() if not os.environ.get("DOCKER_HOST") else _null():
+    with _null() if _existing_docker() else Dockerd():
         subprocess.run(["ch-convert", "-i", "docker", "-o", fmt, tag(flavor), str(target)],
                        check=True, env=charliecloud_env())
     return target
+
+
+def _existing_docker() -> bool:
+    """True when DOCKER_HOST is set or a system Docker service answers on its default socket."""
+    if os.environ.get("DOCKER_HOST"):
+        return True
+    if not Path("/var/run/docker.sock").exists():
+        return False
+    return subprocess.run([DOCKER, "version"], capture_output=True, timeout=30,
+                          check=False).returncode == 0
 
 
 class _null:
