@@ -1,8 +1,8 @@
 """A private Docker engine for builds: start dockerd, use it, stop it by its PID.
 
 The build host need not run a Docker service: this starts Debian's dockerd with
-its own data root, exec root, pidfile and socket under ``build/docker`` (no
-iptables, no bridge: builds use the host network) and stops exactly that
+its own data root and pidfile under ``build/docker``, exec root and socket under
+/run (no iptables, no bridge: builds use the host network) and stops exactly that
 process. The Makefile and the test suite's session fixture share it.
 
 Example::
@@ -19,6 +19,7 @@ or from Python::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
 import subprocess
@@ -38,7 +39,10 @@ class Dockerd:
 
     def __init__(self, state: Path = STATE) -> None:
         self.state = Path(state)
-        self.socket = self.state / "docker.sock"
+        # sockets live under /run: a long checkout path would pass the 108-byte socket limit
+        tag = hashlib.sha256(str(self.state.resolve()).encode()).hexdigest()[:10]
+        self.run_dir = Path("/run") / f"chainermn-rt-docker-{tag}"
+        self.socket = self.run_dir / "docker.sock"
         self.pidfile = self.state / "dockerd.pid"
         self.log = self.state / "dockerd.log"
         self.docker = DOCKER
@@ -73,10 +77,11 @@ class Dockerd:
             if not os.access(path, os.X_OK):
                 raise RuntimeError(f"{path} is missing: install Debian's docker.io (`make apt`)")
         (self.state / "data").mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             proc = subprocess.Popen(
                 [DOCKERD, "--iptables=false", "--ip-masq=false", "--bridge=none",
-                 "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
+                 "--data-root", str(self.state / "data"), "--exec-root", str(self.run_dir / "exec"),
                  "--pidfile", str(self.pidfile), "-H", self.host],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
