@@ -13,6 +13,8 @@ from containers.recipe import Recipe, Stage
 from containers.versions import load, package_version, pip_pin, python_pins
 
 FLAVORS = ("cpu", "gpu")
+# The Python packages named in the images' labels (all pins are in VERSIONS).
+LABELLED = ("chainer", "numpy", "mpi4py", "cupy-cuda12x", "nvidia-nccl-cu12", "nvidia-cudnn-cu12")
 
 
 def system_versions(flavor: str, v: dict | None = None) -> dict[str, str]:
@@ -22,6 +24,11 @@ def system_versions(flavor: str, v: dict | None = None) -> dict[str, str]:
         return {"debian": v["debian"]["suite"], "openmpi": v["debian"]["openmpi"]}
     return {"cuda": v["cuda"]["version"], **{name: v[name]["version"] for name in
                                               ("gdrcopy", "ucx", "pmix", "openmpi")}}
+
+
+def labelled_python(flavor: str) -> dict[str, str]:
+    pins = python_pins(extras(flavor))
+    return {name: pins[name] for name in LABELLED if name in pins}
 
 
 def extras(flavor: str) -> tuple[str, ...]:
@@ -52,7 +59,8 @@ def _cpu(v: dict) -> Recipe:
         python_venv.env(prefix),
         openmpi_debian.env(),
         *user.runtime(v["image"]["user"], v["image"]["uid"]),
-        metadata.labels("cpu", package_version(), system_versions("cpu", v)),
+        metadata.labels("cpu", package_version(), system_versions("cpu", v),
+                        labelled_python("cpu")),
     ])
     return Recipe("cpu", [build, runtime])
 

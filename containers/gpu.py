@@ -30,7 +30,7 @@ DOWNLOAD_PACKAGES = ["curl", "bzip2", "ca-certificates"]
 
 
 def gpu_recipe(v: dict) -> Recipe:
-    from containers.flavors import system_versions
+    from containers.flavors import labelled_python, system_versions
 
     prefix, src = v["image"]["prefix"], v["image"]["prefix"] + "/src"
     venv = f"{prefix}/venv"
@@ -61,6 +61,7 @@ def gpu_recipe(v: dict) -> Recipe:
         cupy.env(venv, v["cuda"]["python"], openmpi.library_path()),
         openmpi.env(),
         *user.runtime(v["image"]["user"], v["image"]["uid"]),
-        metadata.labels("gpu", package_version(), system_versions("gpu", v)),
+        metadata.labels("gpu", package_version(), system_versions("gpu", v),
+                        labelled_python("gpu")),
     ])
     return Recipe("gpu", [build, runtime])

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from containers import build as image_build
 from containers.base import make_base
 from containers.dockerd import DOCKER, Dockerd
-from containers.versions import load
+from containers.versions import load, python_pins
 
 pytestmark = pytest.mark.docker
 
@@ -109,6 +109,8 @@ def test_image_runs_as_a_non_root_user_with_stack_labels(engine, cpu_image):
     labels = info["Config"]["Labels"]
     assert labels["io.chainermn-rt.openmpi"] == load()["debian"]["openmpi"]
     assert labels["org.opencontainers.image.title"] == "chainermn-rt-cpu"
+    assert labels["io.chainermn-rt.chainer"] == "7.8.1"
+    assert labels["io.chainermn-rt.mpi4py"] == python_pins()["mpi4py"]
     assert docker_run(engine, cpu_image, "id", "-u").stdout.strip() == "1000"
 
 
