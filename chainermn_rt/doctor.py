@@ -185,6 +185,17 @@ def _expected_python() -> dict[str, str]:
     return pins
 
 
+def _cuda_runtime() -> str | None:
+    """``major.minor`` of the CUDA runtime CuPy loads (no GPU needed), or None."""
+    try:
+        import cupy
+
+        number = cupy.cuda.runtime.runtimeGetVersion()
+    except Exception:  # noqa: BLE001 - no CuPy or no runtime: reported as missing
+        return None
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
 def versions_check(image: bool, versions: dict | None, params: dict[str, str]) -> Check:
     expected = dict(_expected_python())
     system = {}
@@ -207,6 +218,10 @@ def versions_check(image: bool, versions: dict | None, params: dict[str, str]) -
         have = re.search(r"Library version:\s*(\S+)", out)
         if not have or have.group(1) != system["ucx"]:
             wrong.append(f"ucx {have.group(1) if have else '?'} (want {system['ucx']})")
+    if "cuda" in system:
+        have = _cuda_runtime()
+        if have is None or not system["cuda"].startswith(have + "."):
+            wrong.append(f"CUDA runtime {have} (want {system['cuda']})")
     if wrong:
         return Check("versions", FAIL, "; ".join(wrong))
     what = "VERSIONS and pyproject pins" if image else "pyproject pins"

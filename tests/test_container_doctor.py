@@ -96,3 +96,12 @@ def test_an_unreadable_versions_file_fails_the_flavor_check(tmp_path):
     proc = _doctor("--image", env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stdout.startswith("FAIL  flavor"), proc.stdout
+
+
+def test_cuda_runtime_is_compared_with_the_image(monkeypatch):
+    versions = {"flavor": "gpu", "python": {}, "system": {"cuda": "12.6.3"}}
+    monkeypatch.setattr(doctor, "_cuda_runtime", lambda: "12.6")  # CuPy's runtime needs CUDA
+    assert doctor.versions_check(True, versions, {}).status == "ok"
+    monkeypatch.setattr(doctor, "_cuda_runtime", lambda: "12.4")
+    failed = doctor.versions_check(True, versions, {})
+    assert failed.status == "FAIL" and "CUDA runtime 12.4 (want 12.6.3)" in failed.reason
