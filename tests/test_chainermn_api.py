@@ -16,7 +16,7 @@ from conftest import REPO, run_mpi
 
 SCRIPT = "tests/mpi/chainermn_api.py"
 # CPU communicators: the stock one, plus those other packages register (see pyproject.toml).
-COMMUNICATORS = ["naive"]
+COMMUNICATORS = ["naive", "chunked"]
 
 
 def _checks() -> list[str]:
