@@ -47,6 +47,7 @@ class Dockerd:
         self.log = self.state / "dockerd.log"
         self.docker = DOCKER
         self.started_here = False
+        self._proc: subprocess.Popen | None = None  # kept, so stop() can reap it
 
     @property
     def host(self) -> str:
@@ -90,10 +91,11 @@ class Dockerd:
             if proc.poll() is not None:
                 raise RuntimeError(f"dockerd exited {proc.returncode}; see {self.log}")
             if self.socket.exists() and self.responding():
-                self.started_here = True
+                self.started_here, self._proc = True, proc
                 return self
             time.sleep(0.5)
         proc.terminate()
+        proc.wait(timeout)
         raise RuntimeError(f"dockerd did not answer within {timeout:.0f} s; see {self.log}")
 
     def stop(self, timeout: float = 60) -> None:
@@ -101,6 +103,14 @@ class Dockerd:
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
+        if self._proc is not None and self._proc.pid == pid:  # our child: reap it
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
