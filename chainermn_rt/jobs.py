@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from chainermn_rt.errors import UserError
 

@@ -27,9 +27,9 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from chainermn_rt.devices import choose_device, visible_gpus
 from chainermn_rt.errors import UserError

@@ -26,7 +26,8 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.,:@%/=+-]+\Z")
 
 def directive(value: str) -> str:
     """Quote a ``#SBATCH`` value: sbatch splits on blanks, honours ``"`` and ``\\``, and treats an
-    unescaped ``#`` as the start of a comment. Control characters never get here (Plan refuses them).
+    unescaped ``#`` as the start of a comment. Control characters never get here (the Plan
+    refuses them).
     """
     if _PLAIN.match(value):
         return value

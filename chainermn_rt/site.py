@@ -30,10 +30,11 @@ Every mistake raises :class:`UserError` naming the file, the field and what is a
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from chainermn_rt.errors import UserError
 

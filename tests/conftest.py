@@ -51,7 +51,8 @@ def clean_launcher_env(env: dict | None = None) -> dict:
             or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
 
 
-def run_mpi(np: int, args: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+def run_mpi(np: int, args: list[str], timeout: float = 300,
+            **kwargs) -> subprocess.CompletedProcess:
     """Run ``mpirun -np N python ARGS`` for real and fail with its output when it fails."""
     env = clean_launcher_env(kwargs.pop("env", None))
     proc = subprocess.run(mpirun_argv(np) + [PYTHON, *args], capture_output=True, text=True,

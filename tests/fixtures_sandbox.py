@@ -15,9 +15,10 @@ started is brought down at the end of the session. Failing to start fails the te
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, require_commands
 
 from chainermn_rt.sandbox import Sandbox, SandboxError
+
+from conftest import REPO, require_commands
 
 SANDBOX_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "ip",
                     "nsenter", "unshare")

@@ -10,11 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PYTHON, REPO
 
 from chainermn_rt.plan import Request, make_plan
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site, parse_cpu_list
+
+from conftest import PYTHON, REPO
 
 pytestmark = pytest.mark.slurm
 SITE = REPO / "slurm" / "sites" / "sandbox.toml"

@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, clean_launcher_env, run_mpi
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
 from chainermn_rt.rank import binding
+
+from conftest import REPO, clean_launcher_env, run_mpi
 
 SLOTS = [{"gpu": g, "numa": g // 2, "cpus": f"{g}", "hcas": [f"mlx5_{g // 2}:1"]}
          for g in range(4)]

@@ -9,11 +9,12 @@ import os
 import subprocess
 
 import pytest
-from conftest import REPO, require_commands
 
 from chainermn_rt.plan import Request, make_plan
 from chainermn_rt.render import directive, render
 from chainermn_rt.site import load_site
+
+from conftest import REPO, require_commands
 
 GOLDEN = REPO / "tests" / "golden"
 TRAIN = ("python3", "train_imagenet.py", "--epoch", "90")

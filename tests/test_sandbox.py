@@ -11,12 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, require_commands
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.sandbox import Sandbox, processes
 from chainermn_rt.sandbox.cluster import MARKER_VAR
 from chainermn_rt.sandbox.settings import sandbox_settings
+
+from conftest import PYTHON, REPO, require_commands
 
 pytestmark = pytest.mark.slurm
 

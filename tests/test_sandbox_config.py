@@ -6,13 +6,14 @@ import dataclasses
 import subprocess
 
 import pytest
-from conftest import PYTHON, REPO, require_commands
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import FinalState, parse_line, read_records, result
 from chainermn_rt.sandbox.settings import sandbox_settings
 from chainermn_rt.site import load_site, resolve_site
+
+from conftest import PYTHON, REPO, require_commands
 
 SITE = load_site(resolve_site("sandbox"))
 

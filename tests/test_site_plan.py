@@ -6,11 +6,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import SLOTS_VAR, Request, make_plan
 from chainermn_rt.site import load_site, parse_site
+
+from conftest import REPO
 
 SITES = REPO / "slurm" / "sites"
 

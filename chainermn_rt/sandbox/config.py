@@ -4,8 +4,9 @@
 >>> from chainermn_rt.sandbox.settings import sandbox_settings
 >>> site = load_site(resolve_site("sandbox"))
 >>> files = render_files(site, sandbox_settings(site, state_dir="/s"), "netns")
->>> print(next(l for l in files["etc/slurm.conf"].splitlines() if l.startswith("NodeName=node2")))
-NodeName=node2 NodeHostname=node2 NodeAddr=10.213.0.3 CPUs=4 RealMemory=2048 Gres=gpu:4 State=UNKNOWN
+>>> node2 = next(l for l in files["etc/slurm.conf"].splitlines() if l.startswith("NodeName=node2"))
+>>> node2.split()[1:5]
+['NodeHostname=node2', 'NodeAddr=10.213.0.3', 'CPUs=4', 'RealMemory=2048']
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prints, as one JSON line, what a rank sees after `chainermn-rt rank`: used by job-script tests."""
+"""Prints, as one JSON line, what a rank sees after `chainermn-rt rank` (job-script tests)."""
 
 import json
 import os

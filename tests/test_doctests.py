@@ -1,0 +1,24 @@
+"""The examples in docstrings run and print what they say (``# doctest: +SKIP`` ones need a
+cluster or MPI ranks and are exercised by the other tests)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO))
+MODULES = sorted(
+    ".".join(p.relative_to(REPO).with_suffix("").parts)
+    for top in ("chainermn_rt", "containers") for p in (REPO / top).rglob("*.py")
+    if p.name != "__main__.py")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name, monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
