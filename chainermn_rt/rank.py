@@ -11,7 +11,8 @@ launcher's variables (:class:`~chainermn_rt.job_env.JobEnvironment`) and the nod
    memory to its NUMA node;
 3. sets ``UCX_NET_DEVICES`` and ``NCCL_IB_HCA`` to the slot's HCAs unless already set;
 4. sends output to a per-rank log when ``CHAINERMN_RT_RANK_LOG`` is set;
-5. execs COMMAND.
+5. with ``CHAINERMN_RT_VERBOSE=1``, prints one line saying where the rank runs (:func:`describe`);
+6. execs COMMAND.
 
 >>> slots = [{"gpu": 0, "numa": 0, "cpus": "0-3", "hcas": ["mlx5_0:1"]},
 ...          {"gpu": 1, "numa": 1, "cpus": "4-7", "hcas": ["mlx5_1:1"]}]
@@ -36,6 +37,8 @@ from chainermn_rt.errors import UserError
 from chainermn_rt.job_env import JobEnvironment
 from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
 from chainermn_rt.site import parse_cpu_list
+
+VERBOSE_VAR = "CHAINERMN_RT_VERBOSE"
 
 
 @dataclass
@@ -79,6 +82,17 @@ def binding(slots: list[dict] | None, environ: Mapping[str, str]) -> Binding:
     return Binding(job, slot, device, parse_cpu_list(slot["cpus"]), env)
 
 
+def describe(b: Binding, environ: Mapping[str, str]) -> str:
+    """One line: ``rank 1/4 (local 1/2) on node1: GPU 1 of CUDA_VISIBLE_DEVICES=0,1, CPUs 0, ...``."""
+    j = b.job
+    gpu = "CPU" if b.device is None else \
+        f"GPU {b.device} of CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}"
+    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    hcas = ",".join(b.slot.get("hcas", [])) if b.slot else ""
+    return (f"rank {j.global_rank}/{j.world_size} (local {j.local_rank}/{j.local_size}) on "
+            f"{j.hostname}: {gpu}, CPUs {cpus}" + (f", HCA {hcas}" if hcas else ""))
+
+
 def _rank_log(pattern: str, job: JobEnvironment, environ: Mapping[str, str]) -> str:
     values = {"%x": environ.get("SLURM_JOB_NAME", "job"), "%j": environ.get("SLURM_JOB_ID", "0"),
               "%r": str(job.global_rank), "%h": job.hostname, "%%": "%"}
@@ -108,6 +122,8 @@ def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    if environ.get(VERBOSE_VAR) == "1":
+        print(describe(b, environ), flush=True)
     numa = b.slot.get("numa") if b.slot else None
     if numa is not None and shutil.which("numactl") and \
             Path(f"/sys/devices/system/node/node{numa}").is_dir():

@@ -8,6 +8,7 @@ import importlib
 import sys
 
 import pytest
+
 from conftest import REPO
 
 sys.path.insert(0, str(REPO))

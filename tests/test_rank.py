@@ -94,3 +94,13 @@ def test_two_real_ranks_bind_to_their_slots():
                   key=lambda r: r["rank"])
     assert [(r["rank"], r["local_rank"], r["cpus"], r["ucx"]) for r in seen] == [
         (0, 0, [0], "hca_a:1"), (1, 1, [1], "hca_b:1")]
+
+
+def test_verbose_rank_says_where_it_runs(tmp_path):
+    env = _rank_env(**{SLOTS_VAR: json.dumps(SLOTS[:2]), "CHAINERMN_RT_VERBOSE": "1",
+                       "CUDA_VISIBLE_DEVICES": "0,1"}) | _slurm(1, 2, "0,1")
+    proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "rank", "--", "true"],
+                          env=env, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith(": GPU 1 of CUDA_VISIBLE_DEVICES=0,1, CPUs 1, HCA mlx5_0:1\n")
+    assert proc.stdout.startswith("rank 1/2 (local 1/2) on ")

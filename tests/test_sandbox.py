@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -139,9 +140,11 @@ def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, t
 
     assert run_demo(sandbox, tmp_path, iterations=30) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    placed = sorted(line.split()[5].rstrip(":") + " " + line.split()[8].rstrip(",")
-                    for line in out.splitlines() if line.startswith("  rank ") and " of 4 " in line)
-    assert placed == ["node1 0", "node1 1", "node2 0", "node2 1"], out
+    placed = sorted(re.findall(r"^  rank (\d)/4 \(local (\d)/2\) on (node\d): GPU (\d) of "
+                               r"CUDA_VISIBLE_DEVICES=0,1, CPUs (\d)", out, re.MULTILINE))
+    # ranks in blocks, device = local rank, CPUs from the sandbox profile's slots (GPU 0,1: CPU 0)
+    assert placed == [("0", "0", "node1", "0", "0"), ("1", "1", "node1", "1", "0"),
+                      ("2", "0", "node2", "0", "0"), ("3", "1", "node2", "1", "0")], out
     digests = [line.split()[-1] for line in out.splitlines() if "parameters sha256" in line]
     assert len(digests) == 4 and len(set(digests)) == 1, out
     assert "final accuracy: main/accuracy" in out, out

@@ -18,13 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+from chainermn_rt.rank import VERBOSE_VAR
 from chainermn_rt.sandbox import Sandbox
 from chainermn_rt.site import data_dir
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # PrintReport's terminal codes
-# Each rank says where it runs, then becomes the training process.
-BANNER = ('echo "rank $SLURM_PROCID of $SLURM_NTASKS on $(hostname): local rank $SLURM_LOCALID, '
-          'CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; exec "$@"')
 
 
 def example() -> Path:
@@ -40,8 +38,9 @@ def render_job(out: Path, iterations: int, python: str = sys.executable) -> tupl
              "--n-train", "6000", "--n-test", "1000", "--out", str(out / "result")]
     argv = [python, "-m", "chainermn_rt", "render", "--site", "sandbox", "--nodes", "2",
             "--gpus-per-node", "2", "--time", "10", "--job-name", "mnist-demo",
-            "--python", python, "--env", "OMP_NUM_THREADS=1", "--output", str(script),
-            "--", "sh", "-c", BANNER, "sh", *train]
+            "--python", python, "--env", "OMP_NUM_THREADS=1",
+            "--env", f"{VERBOSE_VAR}=1",  # each rank says where it runs
+            "--output", str(script), "--", *train]
     subprocess.run(argv, check=True)
     return script, argv
 
@@ -65,7 +64,7 @@ def run_demo(sandbox: Sandbox, out: Path, iterations: int) -> int:
     print(f"job {job}: {state.state}, exit code {state.exit_code}, "
           f"{time.monotonic() - started:.0f} s", flush=True)
     text = ANSI.sub("", sandbox.output(job))
-    ranks = sorted(ln for ln in text.splitlines() if ln.startswith("rank ") and " of " in ln)
+    ranks = sorted(ln for ln in text.splitlines() if ln.startswith("rank ") and " on " in ln)
     print("\n== 4/4 results\nwhere each rank ran:")
     print("\n".join(f"  {line}" for line in ranks) or "  (no rank reported)")
     print(f"training log ({sandbox.output_path(job)}):")
