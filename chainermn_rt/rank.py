@@ -83,7 +83,7 @@ def binding(slots: list[dict] | None, environ: Mapping[str, str]) -> Binding:
 
 
 def describe(b: Binding, environ: Mapping[str, str]) -> str:
-    """One line: ``rank 1/4 (local 1/2) on node1: GPU 1 of CUDA_VISIBLE_DEVICES=0,1, CPUs 0, ...``."""
+    """One line, e.g. ``rank 1/4 (local 1/2) on node1: GPU 1 of CUDA_VISIBLE_DEVICES=0,1, ...``."""
     j = b.job
     gpu = "CPU" if b.device is None else \
         f"GPU {b.device} of CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}"
