@@ -12,7 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mpi4py
 import pytest
+
+# MPI runs only in the ranks the tests start. Initialised in this process (importing
+# mpi4py.MPI does that), a singleton MPI would set PMIx variables in the C environment,
+# which every later mpirun inherits and fails on.
+mpi4py.rc.initialize = False
+mpi4py.rc.finalize = False
 
 pytest_plugins = ["fixtures_sandbox"]  # the session-scoped `sandbox` fixture (real Slurm)
 
