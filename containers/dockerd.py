@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +33,14 @@ STATE = REPO / "build" / "docker"
 # Debian's client; another `docker` may come first on PATH.
 DOCKER = "/usr/bin/docker"
 DOCKERD = "/usr/sbin/dockerd"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
 
 
 class Dockerd:
@@ -99,6 +108,7 @@ class Dockerd:
         raise RuntimeError(f"dockerd did not answer within {timeout:.0f} s; see {self.log}")
 
     def stop(self, timeout: float = 60) -> None:
+        """End this engine (SIGTERM, SIGKILL after ``timeout``) and remove its /run folder."""
         pid = self.pid()
         if pid is None:
             return
@@ -110,15 +120,13 @@ class Dockerd:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return
-            time.sleep(0.3)
-        os.kill(pid, signal.SIGKILL)
+        else:
+            deadline = time.monotonic() + timeout
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.3)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def __enter__(self) -> Dockerd:  # noqa: PYI034 - returns the started engine
         return self.start()
