@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,14 +68,12 @@ def _sacct_state(job_id: str, env) -> tuple[str, int] | None:
 
 
 def wait(job_id: str, env: Mapping[str, str] | None = None, timeout: float = 3600,
-         poll: float = 1.0, records: Callable[[str], tuple[str, int] | None] | None = None
-         ) -> JobResult:
-    """Poll until the job reaches a final state. ``records`` reads a site's own job records
-    (the sandbox's jobcomp file) for jobs that scontrol has already forgotten."""
+         poll: float = 1.0) -> JobResult:
+    """Poll until the job reaches a final state: ``scontrol`` while Slurm remembers the job
+    (MinJobAge), then ``sacct`` where accounting runs."""
     deadline = time.monotonic() + timeout
-    readers = [_scontrol_state, *([lambda j, e: records(j)] if records else []), _sacct_state]
     while True:
-        for read in readers:
+        for read in (_scontrol_state, _sacct_state):
             found = read(job_id, env)
             if found and found[0] in FINAL_STATES:
                 return JobResult(job_id, *found)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 
 from chainermn_rt.errors import UserError
@@ -202,9 +203,7 @@ def make_plan(site: Site, req: Request) -> Plan:
     output = _check_text(req.output, "--output")
     runtime, container, pyxis_flags = _container(site, req)
     python = req.python or (site.container.python if runtime != "none" else site.python)
-    if python is None:
-        import sys
-
+    if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable
     account, qos = req.account or site.account, req.qos or site.qos
     cpus_per_task = part.cpus_per_node // len(part.topology.slots)

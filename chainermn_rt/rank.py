@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chainermn_rt.devices import choose_device, visible_gpus
+from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_env import JobEnvironment
 from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
@@ -86,7 +86,7 @@ def describe(b: Binding, environ: Mapping[str, str]) -> str:
     """One line, e.g. ``rank 1/4 (local 1/2) on node1: GPU 1 of CUDA_VISIBLE_DEVICES=0,1, ...``."""
     j = b.job
     gpu = "CPU" if b.device is None else \
-        f"GPU {b.device} of CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}"
+        f"GPU {b.device} of {VISIBLE_VAR}={environ.get(VISIBLE_VAR, '(unset)')}"
     cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     hcas = ",".join(b.slot.get("hcas", [])) if b.slot else ""
     return (f"rank {j.global_rank}/{j.world_size} (local {j.local_rank}/{j.local_size}) on "
