@@ -13,7 +13,7 @@ FLAVOR  ?= cpu
 DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client \
 	iproute2 numactl hwloc-nox shellcheck \
-	docker.io charliecloud debootstrap
+	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates
 
 .PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
 	recipes image base sif sqfs clean
