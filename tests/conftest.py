@@ -6,6 +6,7 @@ that needs one fails with a message naming what is missing. Only GPU tests skip.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -69,6 +70,20 @@ def run_mpi(np: int, args: list[str], timeout: float = 300,
                     f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}",
                     pytrace=False)
     return proc
+
+
+def json_objects(text: str) -> list[dict]:
+    """Every JSON object in ``text``, even where ranks' output lines interleaved mid-line."""
+    decoder, found, i = json.JSONDecoder(), [], text.find("{")
+    while i != -1:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        found.append(obj)
+        i = text.find("{", end)
+    return found
 
 
 def gpu_available() -> bool:

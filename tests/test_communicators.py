@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from chainermn_rt.communicators import resolve_name
 from chainermn_rt.errors import UserError
 
-from conftest import run_mpi
+from conftest import json_objects, run_mpi
 
 
 @pytest.mark.mpi
 def test_chunked_equals_naive_two_ranks():
     proc = run_mpi(2, ["tests/programs/communicators_equal.py"], timeout=300)
-    rows = sorted((json.loads(line) for line in proc.stdout.splitlines()),
+    rows = sorted(json_objects(proc.stdout),
                   key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == [0, 1]
     # 3 dtypes x 2 zero_fill modes x 4 chunk sizes, plus mixed and non-contiguous

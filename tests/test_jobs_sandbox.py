@@ -15,7 +15,7 @@ from chainermn_rt.plan import Request, make_plan
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site, parse_cpu_list
 
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, json_objects
 
 pytestmark = pytest.mark.slurm
 SITE = REPO / "slurm" / "sites" / "sandbox.toml"
@@ -39,7 +39,7 @@ def _run(sandbox, tmp_path, path, timeout=300):
 
 
 def _reports(text):
-    return sorted((json.loads(line) for line in text.splitlines() if line.startswith("{")),
+    return sorted(json_objects(text),
                   key=lambda r: r["rank"])
 
 

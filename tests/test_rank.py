@@ -13,7 +13,7 @@ from chainermn_rt.errors import UserError
 from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
 from chainermn_rt.rank import binding
 
-from conftest import REPO, clean_launcher_env, run_mpi
+from conftest import REPO, clean_launcher_env, json_objects, run_mpi
 
 SLOTS = [{"gpu": g, "numa": g // 2, "cpus": f"{g}", "hcas": [f"mlx5_{g // 2}:1"]}
          for g in range(4)]
@@ -90,7 +90,7 @@ def test_two_real_ranks_bind_to_their_slots():
     proc = run_mpi(2, ["-m", "chainermn_rt", "rank", "--", sys.executable,
                        str(REPO / "tests/programs/report_rank.py")],
                    env=_rank_env(**{SLOTS_VAR: json.dumps(slots)}) | {"CUDA_VISIBLE_DEVICES": ""})
-    seen = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
+    seen = sorted(json_objects(proc.stdout),
                   key=lambda r: r["rank"])
     assert [(r["rank"], r["local_rank"], r["cpus"], r["ucx"]) for r in seen] == [
         (0, 0, [0], "hca_a:1"), (1, 1, [1], "hca_b:1")]

@@ -18,7 +18,7 @@ from chainermn_rt.sandbox import Sandbox, processes
 from chainermn_rt.sandbox.cluster import MARKER_VAR
 from chainermn_rt.sandbox.settings import sandbox_settings
 
-from conftest import PYTHON, REPO, require_commands
+from conftest import PYTHON, REPO, json_objects, require_commands
 
 pytestmark = pytest.mark.slurm
 
@@ -29,7 +29,10 @@ import numpy as np
 comm = MPI.COMM_WORLD
 total = np.array([comm.rank + 1.0])
 comm.Allreduce(MPI.IN_PLACE, total)
-print(f"{comm.rank} {comm.size} {socket.gethostname()} {MPI.Get_processor_name()} {total[0]:g}")
+row = f"{comm.rank} {comm.size} {socket.gethostname()} {MPI.Get_processor_name()} {total[0]:g}"
+rows = comm.gather(row)  # one writer: ranks' output streams may interleave mid-line
+if comm.rank == 0:
+    print("\\n".join(rows), flush=True)
 """
 
 
@@ -101,7 +104,7 @@ def test_runtime_finds_local_rank_and_device(sandbox, request_, devices):
     proc = sandbox.run(["srun", "--nodes=2", "--ntasks-per-node=2", *request_.split(),
                         PYTHON, str(program)], cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    ranks = sorted((json.loads(line) for line in proc.stdout.splitlines()),
+    ranks = sorted(json_objects(proc.stdout),
                    key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
     for r in ranks:

@@ -10,7 +10,7 @@ import pytest
 
 from chainermn_rt.cli import main
 
-from conftest import PYTHON, REPO, mpirun_argv, run_mpi
+from conftest import PYTHON, REPO, json_objects, mpirun_argv, run_mpi
 
 
 @pytest.mark.mpi
@@ -52,7 +52,7 @@ def test_setup_refuses_a_launcher_mpi_mismatch():
 @pytest.mark.mpi
 def test_env_command_json_with_mpi():
     proc = run_mpi(2, ["-m", "chainermn_rt", "env", "--json", "--mpi"])
-    rows = sorted((json.loads(line) for line in proc.stdout.splitlines()),
+    rows = sorted(json_objects(proc.stdout),
                   key=lambda r: r["global_rank"])
     assert [(r["launcher"], r["global_rank"], r["world_size"], r["local_rank"], r["mpi"])
             for r in rows] == [("openmpi", 0, 2, 0, "agrees"), ("openmpi", 1, 2, 1, "agrees")]
