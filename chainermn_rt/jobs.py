@@ -2,7 +2,7 @@
 
 >>> job = submit(Path("job.sh"))                 # doctest: +SKIP
 >>> wait(job)                                    # doctest: +SKIP
-JobResult(job_id='42', state='COMPLETED', exit_code=0)
+FinalState(state='COMPLETED', exit_code=0)
 
 The final state is read from Slurm (``scontrol show job``, then ``sacct``), never from
 ``sbatch --wait``'s status alone: a job whose step timed out can still exit 0.
@@ -14,8 +14,8 @@ import re
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from chainermn_rt.errors import UserError
 
@@ -23,9 +23,9 @@ FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
-@dataclass(frozen=True)
-class JobResult:
-    job_id: str
+class FinalState(NamedTuple):
+    """A finished job: its final state (``COMPLETED``, ``FAILED``, ``TIMEOUT``...), exit code."""
+
     state: str
     exit_code: int
 
@@ -68,7 +68,7 @@ def _sacct_state(job_id: str, env) -> tuple[str, int] | None:
 
 
 def wait(job_id: str, env: Mapping[str, str] | None = None, timeout: float = 3600,
-         poll: float = 1.0) -> JobResult:
+         poll: float = 1.0) -> FinalState:
     """Poll until the job reaches a final state: ``scontrol`` while Slurm remembers the job
     (MinJobAge), then ``sacct`` where accounting runs."""
     deadline = time.monotonic() + timeout
@@ -76,7 +76,7 @@ def wait(job_id: str, env: Mapping[str, str] | None = None, timeout: float = 360
         for read in (_scontrol_state, _sacct_state):
             found = read(job_id, env)
             if found and found[0] in FINAL_STATES:
-                return JobResult(job_id, *found)
+                return FinalState(*found)
             if found:
                 break
         if time.monotonic() > deadline:

@@ -47,16 +47,15 @@ def mpirun_argv(np: int) -> list[str]:
 
 
 LAUNCHER_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "OPAL_", "ORTE_", "PRTE_")
-SINGLETON_MCA = ("OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_opal_")
 
 
 def clean_launcher_env(env: dict | None = None) -> dict:
-    """``env`` (default os.environ) without a launcher's variables: an MPI initialised inside
-    the pytest process (a singleton) leaves them behind, and they would confuse mpirun."""
+    """``env`` (default os.environ) without an enclosing launcher's variables (pytest itself
+    run under srun or mpirun), which would make the ranks a test starts join that job.
+    Settings (``OMPI_MCA_*``, ``OMPI_ALLOW_RUN_AS_ROOT*``) stay."""
     base = dict(os.environ if env is None else env)
     return {k: v for k, v in base.items() if not k.startswith(LAUNCHER_PREFIXES)
-            or (k.startswith("OMPI_MCA_") and not k.startswith(SINGLETON_MCA))
-            or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+            or k.startswith(("OMPI_MCA_", "OMPI_ALLOW_RUN_AS_ROOT"))}
 
 
 def run_mpi(np: int, args: list[str], timeout: float = 300,

@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import NamedTuple
+
+from chainermn_rt.jobs import FinalState
 
 _SPLIT = re.compile(r" (?=[A-Za-z]+=)")
-
-
-class FinalState(NamedTuple):
-    """A finished job: its final state (``COMPLETED``, ``FAILED``, ``TIMEOUT``...), exit code."""
-
-    state: str
-    exit_code: int
 
 
 def parse_line(line: str) -> dict[str, str]:

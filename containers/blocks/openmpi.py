@@ -11,7 +11,7 @@ Example::
 
 from __future__ import annotations
 
-from containers.blocks import pmix, source, ucx
+from containers.blocks import gdrcopy, pmix, source, ucx
 from containers.recipe import Copy, Env, Run
 
 PREFIX = "/opt/openmpi"
@@ -19,22 +19,17 @@ MPICC = f"{PREFIX}/bin/mpicc"
 
 
 def build(pin: dict, cuda: str = "/usr/local/cuda") -> Run:
-    return Run((*source.fetch("openmpi", pin),
-                "cd /tmp/src/openmpi",
-                (f"./configure --prefix={PREFIX} --with-cuda={cuda} --with-ucx={ucx.PREFIX}"
-                f" --with-pmix={pmix.PREFIX} --with-libevent=/usr --with-hwloc=/usr --with-slurm"
-                " --enable-mca-no-build=btl-uct --without-verbs --disable-man-pages"),
-                'make -j"$(nproc)" install',
-                "cd /",
-                source.cleanup("openmpi")),
-               comment=f"Open MPI {pin['version']}: CUDA-aware, UCX, PMIx for srun --mpi=pmix",
-               network=True,
-               ignore=(("DL3003", "configure and make run in the unpacked tree of this one step"),))
+    return source.configure_make(
+        "openmpi", pin,
+        (f"./configure --prefix={PREFIX} --with-cuda={cuda} --with-ucx={ucx.PREFIX}"
+         f" --with-pmix={pmix.PREFIX} --with-libevent=/usr --with-hwloc=/usr --with-slurm"
+         " --enable-mca-no-build=btl-uct --without-verbs --disable-man-pages"),
+        comment=f"Open MPI {pin['version']}: CUDA-aware, UCX, PMIx for srun --mpi=pmix")
 
 
 def library_path() -> str:
     """Where the gpu flavour's own libraries live (gdrcopy, UCX, PMIx, Open MPI)."""
-    return ":".join(f"{p}/lib" for p in (PREFIX, ucx.PREFIX, pmix.PREFIX, "/opt/gdrcopy"))
+    return ":".join(f"{p}/lib" for p in (PREFIX, ucx.PREFIX, pmix.PREFIX, gdrcopy.PREFIX))
 
 
 def env() -> Env:

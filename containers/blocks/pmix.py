@@ -19,15 +19,10 @@ RUNTIME_PACKAGES = ["libevent-2.1-7t64", "libevent-core-2.1-7t64", "libevent-pth
 
 
 def build(pin: dict) -> Run:
-    return Run((*source.fetch("pmix", pin),
-                "cd /tmp/src/pmix",
-                (f"./configure --prefix={PREFIX} --with-libevent=/usr --with-hwloc=/usr"
-                " --disable-sphinx"),
-                'make -j"$(nproc)" install',
-                "cd /",
-                source.cleanup("pmix")),
-               comment=f"PMIx {pin['version']}", network=True,
-               ignore=(("DL3003", "configure and make run in the unpacked tree of this one step"),))
+    return source.configure_make(
+        "pmix", pin,
+        f"./configure --prefix={PREFIX} --with-libevent=/usr --with-hwloc=/usr --disable-sphinx",
+        comment=f"PMIx {pin['version']}")
 
 
 def runtime() -> list:

@@ -12,6 +12,8 @@ Example::
 
 from __future__ import annotations
 
+from containers.recipe import Run
+
 
 def fetch(name: str, pin: dict) -> tuple[str, ...]:
     tarball = f"/tmp/src/{name}." + ("tar.bz2" if pin["url"].endswith(".bz2") else "tar.gz")
@@ -26,3 +28,17 @@ def fetch(name: str, pin: dict) -> tuple[str, ...]:
 
 def cleanup(name: str) -> str:
     return f"rm -rf /tmp/src/{name} /tmp/src/{name}.*"
+
+
+def configure_make(name: str, pin: dict, configure: str, comment: str) -> Run:
+    """One step: fetch and check the tarball, ``configure && make install`` in it, clean up.
+
+    >>> run = configure_make("x", {"url": "https://x/x.tar.gz", "sha256": "ab"},
+    ...                      "./configure --prefix=/opt/x", "x 1")
+    >>> run.commands[5:8]
+    ('cd /tmp/src/x', './configure --prefix=/opt/x', 'make -j"$(nproc)" install')
+    """
+    return Run((*fetch(name, pin), f"cd /tmp/src/{name}", configure, 'make -j"$(nproc)" install',
+                "cd /", cleanup(name)),
+               comment=comment, network=True,
+               ignore=(("DL3003", "configure and make run in the unpacked tree of this one step"),))

@@ -18,18 +18,14 @@ PREFIX = "/opt/ucx"
 
 
 def build(pin: dict, cuda: str = "/usr/local/cuda") -> Run:
-    return Run((*source.fetch("ucx", pin),
-                "cd /tmp/src/ucx",
-                (f"./contrib/configure-release --prefix={PREFIX} --with-cuda={cuda} --with-verbs"
-                f" --with-rdmacm --with-gdrcopy={gdrcopy.PREFIX} --enable-mt --without-java"
-                " --disable-doxygen-doc --disable-logging"
-                # link against the devel image's libcuda stub; the host driver's is used at run time
-                f" LDFLAGS=-L{cuda}/lib64/stubs"),
-                'make -j"$(nproc)" install',
-                "cd /",
-                source.cleanup("ucx")),
-               comment=f"UCX {pin['version']} with CUDA, verbs, rdmacm and gdrcopy", network=True,
-               ignore=(("DL3003", "configure and make run in the unpacked tree of this one step"),))
+    return source.configure_make(
+        "ucx", pin,
+        (f"./contrib/configure-release --prefix={PREFIX} --with-cuda={cuda} --with-verbs"
+         f" --with-rdmacm --with-gdrcopy={gdrcopy.PREFIX} --enable-mt --without-java"
+         " --disable-doxygen-doc --disable-logging"
+         # link against the devel image's libcuda stub; the host driver's is used at run time
+         f" LDFLAGS=-L{cuda}/lib64/stubs"),
+        comment=f"UCX {pin['version']} with CUDA, verbs, rdmacm and gdrcopy")
 
 
 def runtime() -> list:
