@@ -45,8 +45,9 @@ test: setup  ## run the whole test suite (real MPI, Slurm sandbox, Docker, Charl
 test-fast: venv  ## tests that need neither the sandbox nor Docker
 	$(VENV)/bin/pytest -ra -m 'not slurm and not docker'
 
-bench: venv  ## measure the CPU communicator and weak scaling (2 ranks)
+bench: venv  ## measure the CPU communicator, where its time goes, and weak scaling (2 ranks)
 	$(PY) bench/allreduce.py
+	$(PY) bench/exchange_floor.py
 	$(PY) bench/weak_scaling.py
 
 demo: setup  ## the main command: Slurm sandbox up, ChainerMN MNIST on 2 nodes x 2 ranks, results

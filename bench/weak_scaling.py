@@ -2,16 +2,19 @@
 
 For each model (the MLP 784-1000-1000-10 with Adam; ResNet-50 on 32x32 synthetic
 images with momentum SGD) and communicator (ChainerMN's ``naive``, ours
-``chunked``) it times training iterations (forward, backward, gradient
-averaging, update) and prints efficiency ``t1 / t2`` (1.0 = perfect), then one
-JSON line with every figure.
+``chunked``; ``none`` averages nothing and so shows the ceiling: what two ranks
+sharing the machine cost without any exchange) it times training iterations
+(forward, backward, gradient averaging, update) and prints efficiency
+``t1 / t2`` (1.0 = perfect), then one JSON line with every figure.
 
-Both cases run in the same ``mpirun -np 2``, in alternating rounds: in a
-1-rank round rank 0 trains alone (communicator over ``COMM_SELF``) while rank 1
-sleeps; in a 2-rank round both train. A change in the machine's load then
-hits both alike. Times are medians over rounds of the slowest rank.
+Everything runs in one ``mpirun -np 2``, in rounds: each round first times
+rank 0 training alone with no exchange at all (the 1-rank time ``t1``, the same
+for every communicator) while rank 1 sleeps, then both ranks training with each
+communicator in turn (``t2``). A change in the machine's load then hits all
+cases alike. Times are medians over rounds of the slowest rank.
 
-Run: ``python bench/weak_scaling.py [--models mlp,resnet50] [--rounds 7]``
+Run: ``python bench/weak_scaling.py [--models mlp,resnet50] [--rounds 7]
+[--communicators none,naive,chunked]``
 """
 
 from __future__ import annotations
@@ -59,38 +62,55 @@ def idle_until_rank0(world) -> None:
         time.sleep(0.0005)
 
 
-def measure(model: str, batch: int, name: str, rounds: int, iterations: int):
-    from mpi4py import MPI  # noqa: PLC0415
+def communicator(name: str, mpi_comm):
+    """A communicator by name; ``none`` skips gradient averaging (the ceiling)."""
+    from chainermn.communicators.naive_communicator import NaiveCommunicator  # noqa: PLC0415
 
     from chainermn_rt.communicators import create_communicator  # noqa: PLC0415
 
+    class NoExchange(NaiveCommunicator):
+        def multi_node_mean_grad(self, model, zero_fill=False):
+            pass
+
+    return NoExchange(mpi_comm) if name == "none" else create_communicator(name, mpi_comm)
+
+
+def measure(model: str, batch: int, names: list[str], rounds: int, iterations: int):
+    """Median ms per iteration: 1 rank without exchange, and 2 ranks with each communicator.
+
+    Every round times the 1-rank case and then each communicator once, so a change in
+    the machine's load during the run hits all of them alike.
+    """
+    from mpi4py import MPI  # noqa: PLC0415
+
     world = MPI.COMM_WORLD
-    step2 = build(model, batch, create_communicator(name, world), world.rank)
-    step1 = build(model, batch, create_communicator(name, MPI.COMM_SELF), 0) \
-        if world.rank == 0 else None
-    t1, t2 = [], []
+    two = {name: build(model, batch, communicator(name, world), world.rank) for name in names}
+    one = build(model, batch, communicator("none", MPI.COMM_SELF), 0) if world.rank == 0 else None
+    t1, t2 = [], {name: [] for name in names}
     for _ in range(rounds):
         if world.rank == 0:
             start = time.perf_counter()
             for _ in range(iterations):
-                step1()
+                one()
             t1.append((time.perf_counter() - start) / iterations)
             world.Ibarrier().Wait()
         else:
             idle_until_rank0(world)
-        world.Barrier()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            step2()
-        t2.append(world.allreduce((time.perf_counter() - start) / iterations, op=MPI.MAX))
+        for name, step in two.items():
+            world.Barrier()
+            start = time.perf_counter()
+            for _ in range(iterations):
+                step()
+            t2[name].append(world.allreduce((time.perf_counter() - start) / iterations,
+                                            op=MPI.MAX))
     median = lambda v: 1000 * sorted(v)[len(v) // 2]  # noqa: E731
-    return (median(t1), median(t2)) if world.rank == 0 else (None, None)
+    return (median(t1) if world.rank == 0 else None), {n: median(v) for n, v in t2.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,resnet50")
-    parser.add_argument("--communicators", default="naive,chunked")
+    parser.add_argument("--communicators", default="none,naive,chunked")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     os.environ.update(THREADS)
@@ -106,14 +126,14 @@ def main() -> int:
     for model in args.models.split(","):
         batches, iterations = CASES[model]
         for batch in batches:
-            for name in args.communicators.split(","):
-                t1, t2 = measure(model, batch, name, args.rounds, iterations)
+            t1, t2 = measure(model, batch, args.communicators.split(","), args.rounds, iterations)
+            for name, t in t2.items():
                 if rank0:
                     rows.append({"model": model, "batch": batch, "communicator": name,
-                                 "t1_ms": round(t1, 2), "t2_ms": round(t2, 2),
-                                 "efficiency": round(t1 / t2, 3)})
-                    print(f"{model:9} {batch:10} {name:>12} {t1:10.2f} {t2:10.2f} "
-                          f"{t1 / t2:10.3f}", flush=True)
+                                 "t1_ms": round(t1, 2), "t2_ms": round(t, 2),
+                                 "efficiency": round(t1 / t, 3)})
+                    print(f"{model:9} {batch:10} {name:>12} {t1:10.2f} {t:10.2f} "
+                          f"{t1 / t:10.3f}", flush=True)
     if rank0:
         print(json.dumps({"weak_scaling": rows}))
     return 0

@@ -16,9 +16,19 @@ def test_chunked_equals_naive_two_ranks():
     rows = sorted(json_objects(proc.stdout),
                   key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == [0, 1]
-    # 3 dtypes x 2 zero_fill modes x 4 chunk sizes, plus mixed and non-contiguous
-    assert [r["cases"] for r in rows] == [26, 26]
+    # 3 dtypes x 2 zero_fill modes x 4 chunk sizes x 2 exchanges, plus mixed and
+    # non-contiguous with each exchange
+    assert [r["cases"] for r in rows] == [52, 52]
     assert rows[0]["checksum"] == rows[1]["checksum"] != 0  # both ranks saw the same means
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks, exchange", [(3, "SharedSlots"), (5, "MpiChunks")])
+def test_chunked_more_ranks_agree(ranks, exchange):
+    """3 ranks: shared memory (ranks 0-1 and 2 take different code paths to one sum);
+    5 ranks: more than SHARED_MAX_RANKS, so MPI."""
+    proc = run_mpi(ranks, ["tests/programs/communicators_many.py"], timeout=300)
+    assert json_objects(proc.stdout) == [{"ranks": ranks, "auto": exchange, "cases": 12}]
 
 
 def test_auto_resolves_by_gpu():

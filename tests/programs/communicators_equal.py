@@ -6,6 +6,7 @@ a mismatch exits 1.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
@@ -17,6 +18,8 @@ from mpi4py import MPI
 
 from chainermn_rt.communicators import create_communicator
 from chainermn_rt.communicators.chunked import ChunkedCommunicator
+from chainermn_rt.communicators.mpi_chunks import MpiChunks
+from chainermn_rt.communicators.shared_slots import SharedSlots
 
 comm = MPI.COMM_WORLD
 rng = numpy.random.default_rng(1234 + comm.rank)
@@ -59,6 +62,7 @@ SHAPES = [(), (0,), (1,), (15,), (16,), (17,), (3, 5, 7), (25,), (26,), (1023,),
           (1025,), (64, 3, 3, 3), (2047, 3), (8191,), (8192,), (8193,), (16383,), (16384,),
           (16385,), (129, 131)]
 CHUNKS = [64, 100, 4096, 1 << 16]
+EXCHANGES = [True, False]  # SharedSlots, MpiChunks
 cases = 0
 checksum = 0.0
 for dtype in (numpy.float32, numpy.float64, numpy.float16):
@@ -67,32 +71,36 @@ for dtype in (numpy.float32, numpy.float64, numpy.float16):
         ref = link_of(arrays, none)
         NaiveCommunicator(comm).multi_node_mean_grad(ref, zero_fill=zero_fill)
         expected = grads(ref)
-        for chunk in CHUNKS:
+        for chunk, shared in itertools.product(CHUNKS, EXCHANGES):
             link = link_of(arrays, none)
-            ChunkedCommunicator(comm, chunk_bytes=chunk).multi_node_mean_grad(link, zero_fill)
+            chunked = ChunkedCommunicator(comm, chunk_bytes=chunk, shared_memory=shared)
+            chunked.multi_node_mean_grad(link, zero_fill)
             got = grads(link)
             bad = [n for (n, a), (_, b) in zip(expected, got, strict=True) if not same_bits(a, b)]
             if bad:
-                print(f"rank {comm.rank}: {numpy.dtype(dtype)} chunk {chunk} zero_fill "
-                      f"{zero_fill}: differs from naive in {bad}", file=sys.stderr, flush=True)
+                print(f"rank {comm.rank}: {numpy.dtype(dtype)} chunk {chunk} shared_memory "
+                      f"{shared} zero_fill {zero_fill}: differs from naive in {bad}",
+                      file=sys.stderr, flush=True)
                 sys.exit(1)
+            chunked.finalize()
             cases += 1
         checksum += float(sum(numpy.nansum(g[numpy.isfinite(g)], dtype=numpy.float64)
                               for _, g in expected if g is not None))
 
 # mixed float16/float32 in one model, and a non-contiguous array
-mixed = [values((33,), numpy.float16), values((40,), numpy.float32)]
-ref, link = link_of(mixed), link_of(mixed)
-NaiveCommunicator(comm).multi_node_mean_grad(ref)
-ChunkedCommunicator(comm, chunk_bytes=64).multi_node_mean_grad(link)
-pairs = zip(grads(ref), grads(link), strict=True)
-assert all(same_bits(a, b) for (_, a), (_, b) in pairs), "mixed dtypes"
-strided = values((8, 6), numpy.float32)
-want = comm.allreduce(strided[:, ::2].astype(numpy.float64)) * 0.5
-view = strided[:, ::2]
-ChunkedCommunicator(comm, chunk_bytes=64).multi_node_mean_arrays([view])
-assert numpy.array_equal(view, want.astype(numpy.float32)), "non-contiguous"
-cases += 2
+for shared in EXCHANGES:
+    mixed = [values((33,), numpy.float16), values((40,), numpy.float32)]
+    ref, link = link_of(mixed), link_of(mixed)
+    NaiveCommunicator(comm).multi_node_mean_grad(ref)
+    ChunkedCommunicator(comm, chunk_bytes=64, shared_memory=shared).multi_node_mean_grad(link)
+    pairs = zip(grads(ref), grads(link), strict=True)
+    assert all(same_bits(a, b) for (_, a), (_, b) in pairs), f"mixed dtypes, {shared}"
+    strided = values((8, 6), numpy.float32)
+    want = comm.allreduce(strided[:, ::2].astype(numpy.float64)) * 0.5
+    view = strided[:, ::2]
+    ChunkedCommunicator(comm, chunk_bytes=64, shared_memory=shared).multi_node_mean_arrays([view])
+    assert numpy.array_equal(view, want.astype(numpy.float32)), f"non-contiguous, {shared}"
+    cases += 2
 
 # both ranks end with identical values
 digest = numpy.frombuffer(b"".join(g.tobytes() for _, g in grads(link)), numpy.uint8)
@@ -106,6 +114,10 @@ for bad in (numpy.arange(4, dtype=numpy.int32),):
         assert "int32" in str(err)
     else:
         raise AssertionError("int32 accepted")
+
+# auto: two ranks of one node share memory
+assert isinstance(ChunkedCommunicator(comm).exchange, SharedSlots)
+assert isinstance(ChunkedCommunicator(comm, shared_memory=False).exchange, MpiChunks)
 
 # by name: ours, chainermn's registry (the patched chainer's entry point), auto on CPU
 ours = create_communicator("chunked", chunk_bytes=4096)

@@ -1,0 +1,39 @@
+"""The benchmark scripts run (2 real ranks, one round each) and print the JSON they document.
+
+Their figures are not checked here (speed is measured by running them on a quiet
+machine; see bench/RESULTS.md), only that they stay runnable and consistent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import json_objects, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+
+def test_allreduce_reports_its_ratios():
+    proc = run_mpi(2, ["bench/allreduce.py", "--repeat", "1"])
+    [report] = [o for o in json_objects(proc.stdout) if "ours_ms" in o]
+    assert report["arrays"] == 161 and report["values"] == 25_557_032
+    assert report["ratio_vs_best_raw"] == round(report["best_raw_ms"] / report["ours_ms"], 3)
+    assert report["speedup_vs_naive"] == round(report["naive_ms"] / report["ours_ms"], 3)
+    assert report["ours_mpi_exchange_ms"] > 0
+
+
+def test_weak_scaling_shares_one_baseline():
+    proc = run_mpi(2, ["bench/weak_scaling.py", "--models", "mlp", "--rounds", "1"])
+    [report] = [o for o in json_objects(proc.stdout) if "weak_scaling" in o]
+    rows = report["weak_scaling"]
+    assert [(r["batch"], r["communicator"]) for r in rows] == [
+        (b, c) for b in (64, 256) for c in ("none", "naive", "chunked")]
+    for batch in (64, 256):
+        assert len({r["t1_ms"] for r in rows if r["batch"] == batch}) == 1
+
+
+def test_exchange_floor_takes_the_exchange_apart():
+    proc = run_mpi(2, ["bench/exchange_floor.py", "--repeat", "1"])
+    [report] = [o for o in json_objects(proc.stdout) if "chunk_bytes" in o]
+    assert report["chunk_bytes"] == 1 << 18
+    assert len(report) == 9 and all(v > 0 for v in report.values())
