@@ -17,6 +17,7 @@ CPU_COMMUNICATOR = "chunked"
 GPU_COMMUNICATOR = "pure_nccl"
 CHAINERMN_NAMES = ("pure_nccl", "flat", "non_cuda_aware", "naive", "dummy")
 NAMES = ("auto", CPU_COMMUNICATOR, *CHAINERMN_NAMES)
+CPU_OPTIONS = ("chunk_bytes", "shared_memory")  # ChunkedCommunicator's keyword arguments
 
 
 def nccl_gpu_available() -> bool:
@@ -40,7 +41,8 @@ def resolve_name(name: str, gpu: bool | None = None) -> str:
 
 
 def create_communicator(name: str = "auto", mpi_comm=None, **kw):
-    """Make a ChainerMN communicator by name; ``chunk_bytes=`` applies to ``chunked`` only."""
+    """Make a ChainerMN communicator by name; ``chunk_bytes=`` and ``shared_memory=`` apply
+    to ``chunked`` only."""
     concrete = resolve_name(name)
     if mpi_comm is None:
         from mpi4py import MPI
@@ -50,7 +52,8 @@ def create_communicator(name: str = "auto", mpi_comm=None, **kw):
         from chainermn_rt.communicators.chunked import ChunkedCommunicator
 
         return ChunkedCommunicator(mpi_comm, **kw)
-    kw.pop("chunk_bytes", None)  # meaningful for the CPU communicator only (name="auto")
+    for cpu_only in CPU_OPTIONS:  # meaningful for the CPU communicator only (name="auto")
+        kw.pop(cpu_only, None)
     import chainermn
 
     return chainermn.create_communicator(concrete, mpi_comm=mpi_comm, **kw)

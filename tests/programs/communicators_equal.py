@@ -123,6 +123,9 @@ assert isinstance(ChunkedCommunicator(comm, shared_memory=False).exchange, MpiCh
 ours = create_communicator("chunked", chunk_bytes=4096)
 assert type(ours) is ChunkedCommunicator and ours.chunk_bytes == 4096
 assert type(create_communicator("auto")) is ChunkedCommunicator
+# the CPU communicator's options do not reach ChainerMN's (auto may mean pure_nccl)
+assert type(create_communicator("naive", chunk_bytes=4096, shared_memory=False)) \
+    is NaiveCommunicator
 by_chainermn = chainermn.create_communicator("chunked")
 assert type(by_chainermn) is ChunkedCommunicator, type(by_chainermn)
 rows = comm.gather({"rank": comm.rank, "cases": cases, "checksum": checksum})
