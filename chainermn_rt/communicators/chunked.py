@@ -37,7 +37,8 @@ from chainermn_rt.communicators.shared_slots import SharedSlots
 # Fastest chunk size measured on the reference machine (bench/RESULTS.md).
 DEFAULT_CHUNK_BYTES = 1 << 18
 # Above this many ranks, each reading every other rank's slot costs more
-# memory traffic than MPI's logarithmic or ring algorithms.
+# memory traffic than MPI's logarithmic or ring algorithms (reasoned from the
+# traffic, not measured: the reference machine has two cores).
 SHARED_MAX_RANKS = 4
 
 # dtype of a gradient -> dtype it travels as (MPI has no float16 reduction)
