@@ -78,6 +78,19 @@ def test_allreduce_across_nodes(sandbox, tmp_path, launcher):
     assert all(r[2] == r[3] for r in rows), "MPI processor name differs from the hostname"
 
 
+@pytest.mark.parametrize("nodes, exchange", [(1, "SharedSlots"), (2, "MpiChunks")])
+def test_chunked_shares_memory_within_one_node_only(sandbox, nodes, exchange):
+    program = REPO / "tests" / "programs" / "report_exchange.py"
+    proc = sandbox.run(["srun", "--mpi=pmix", f"--nodes={nodes}", "--ntasks-per-node=2",
+                        PYTHON, str(program)], cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    rows = json_objects(proc.stdout)
+    ranks = 2 * nodes
+    assert sorted(r["rank"] for r in rows) == list(range(ranks))
+    assert {r["host"] for r in rows} == {f"node{n + 1}" for n in range(nodes)}
+    assert {(r["exchange"], r["mean"]) for r in rows} == {(exchange, (ranks + 1) / 2)}
+
+
 # What Slurm documents per task, 2 nodes x 2 tasks: (node-local task 0, task 1).
 GPU_REQUESTS = {
     "--gpus-per-node=2": ("0,1", "0,1"),
