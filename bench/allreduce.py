@@ -5,7 +5,8 @@ one raw ``Allreduce`` on a contiguous buffer; the same buffer reduced in
 chunks, swept over chunk sizes (the best is the transport's limit here);
 ``naive`` (one call per array); ``chunked`` at its default chunk size and over
 the same sweep (all ranks on one node: its shared-memory exchange), and once
-forced onto its MPI exchange (what ranks on several nodes use). Prints a table, then one JSON line::
+forced onto its MPI exchange (what ranks on several nodes use). Prints a table,
+then one JSON line::
 
     {"ours_ms": ..., "naive_ms": ..., "best_raw_ms": ...,
      "ratio_vs_best_raw": best_raw_ms / ours_ms, "speedup_vs_naive": naive_ms / ours_ms, ...}

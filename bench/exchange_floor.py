@@ -53,20 +53,17 @@ def main() -> int:
                 comm.Allreduce(MPI.IN_PLACE, a[s:s + step])
 
     slots = SharedSlots(comm.Split_type(MPI.COMM_TYPE_SHARED), args.chunk_bytes)
-    views = [[m[t * slots.slot_bytes:][:args.chunk_bytes].view(numpy.float32)
-              for m in slots.memory] for t in (0, 1)]
+    views = slots.views(numpy.dtype(numpy.float32))
     me, half = comm.rank, numpy.float32(0.5)
     pieces = [g.reshape(-1)[s:s + step] for g in grads
               for s in range(0, g.size - step + 1, step)]  # whole chunks only
 
     def shared(copy=True, add=True, scale=True):
-        for k, piece in enumerate(pieces):
-            parts = views[k & 1]
+        for piece in pieces:
+            parts = views[slots.turn]
             if copy:
                 parts[me][:] = piece
-            slots.win.Sync()
-            slots.comm.Barrier()
-            slots.win.Sync()
+            slots.barrier()
             if add:
                 numpy.add(piece, parts[1 - me], out=piece)
             if scale:

@@ -63,6 +63,7 @@ class ChunkedCommunicator(mpi_communicator_base.MpiCommunicatorBase):
         if chunk_bytes < 64:
             raise ValueError(f"chunk_bytes is {chunk_bytes}; allowed: at least 64")
         self.chunk_bytes = chunk_bytes
+        self.shared_memory = shared_memory
         self.exchange = self._choose_exchange(shared_memory)
 
     def _choose_exchange(self, shared_memory: bool | None):
@@ -85,7 +86,7 @@ class ChunkedCommunicator(mpi_communicator_base.MpiCommunicatorBase):
 
     def split(self, color, key):
         return self.__class__(mpi_comm=self.mpi_comm.Split(color, key),
-                              chunk_bytes=self.chunk_bytes)
+                              chunk_bytes=self.chunk_bytes, shared_memory=self.shared_memory)
 
     def finalize(self):
         """Release the exchange's window or MPI operations (collective)."""

@@ -56,11 +56,8 @@ class SharedSlots:
         ``transport`` is the dtype summed in (float16 arrays are summed as float32,
         cast back, then scaled in float16, as ChainerMN's ``naive`` does).
         """
-        step = self.chunk_bytes // transport.itemsize
-        size = step * transport.itemsize
-        # slots[turn][rank]: one chunk of ``transport`` values
-        slots = [[m[turn * self.slot_bytes:][:size].view(transport) for m in self.memory]
-                 for turn in (0, 1)]
+        slots = self.views(transport)
+        step = slots[0][0].size
         me, factor = self.comm.rank, transport.type(scale)
         batch: list[tuple[numpy.ndarray, int]] = []  # (piece of a gradient, offset in slot)
         used = 0
@@ -72,7 +69,7 @@ class SharedSlots:
                     start += step
                     parts = slots[self.turn]
                     parts[me][:] = piece
-                    self._barrier()
+                    self.barrier()
                     self._mean_chunk(piece, parts, factor)
             while start < flat.size:  # the rest (a tail, a small or a float16 array) waits
                 piece = flat[start:start + step - used]
@@ -85,7 +82,13 @@ class SharedSlots:
         if batch:
             self._mean_batch(slots[self.turn], batch, used, scale)
 
-    def _barrier(self) -> None:
+    def views(self, transport: numpy.dtype) -> list[list[numpy.ndarray]]:
+        """``views(dtype)[turn][rank]``: that rank's slot for that turn, one chunk of ``dtype``."""
+        size = self.chunk_bytes // transport.itemsize * transport.itemsize
+        return [[m[turn * self.slot_bytes:][:size].view(transport) for m in self.memory]
+                for turn in (0, 1)]
+
+    def barrier(self) -> None:
         """All ranks have filled this turn's slots; switch turns."""
         self.win.Sync()
         self.comm.Barrier()
@@ -110,7 +113,7 @@ class SharedSlots:
         me = self.comm.rank
         for piece, offset in batch:
             parts[me][offset:offset + piece.size] = piece
-        self._barrier()
+        self.barrier()
         total = self._scratch.get(parts[0].dtype)
         if total is None:
             total = self._scratch[parts[0].dtype] = numpy.empty_like(parts[0])

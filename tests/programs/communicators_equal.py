@@ -118,6 +118,10 @@ for bad in (numpy.arange(4, dtype=numpy.int32),):
 # auto: two ranks of one node share memory
 assert isinstance(ChunkedCommunicator(comm).exchange, SharedSlots)
 assert isinstance(ChunkedCommunicator(comm, shared_memory=False).exchange, MpiChunks)
+# split keeps the chunk size and a forced exchange
+forced = ChunkedCommunicator(comm, chunk_bytes=4096, shared_memory=False).split(0, comm.rank)
+assert (forced.chunk_bytes, type(forced.exchange)) == (4096, MpiChunks)
+assert isinstance(ChunkedCommunicator(comm).split(0, comm.rank).exchange, SharedSlots)
 
 # by name: ours, chainermn's registry (the patched chainer's entry point), auto on CPU
 ours = create_communicator("chunked", chunk_bytes=4096)
