@@ -51,7 +51,7 @@ bench: venv  ## measure the CPU communicator, where its time goes, and weak scal
 	$(PY) bench/weak_scaling.py
 
 demo: setup  ## the main command: Slurm sandbox up, ChainerMN MNIST on 2 nodes x 2 ranks, results
-	$(PY) -m chainermn_rt.sandbox.demo
+	$(PY) examples/sandbox_demo.py
 
 sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-8); see docs/sandbox.md
 	$(RT) sandbox up $(if $(NODES),--nodes $(NODES))

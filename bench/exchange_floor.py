@@ -6,11 +6,11 @@ by timing, in one ``mpirun -np 2`` with interleaved rounds:
 - the layout: raw chunked ``Allreduce`` (no scaling) on one flat buffer with
   transparent huge pages, the same buffer without them, and the 161 separate
   arrays in place;
-- the shared-memory exchange (``SharedSlots``) taken apart, on the arrays'
-  whole chunks: copy into the slot only; copy and add the other rank's slot;
+- the shared-memory exchange (``SharedWindow``) taken apart, on the arrays'
+  whole chunks: copy into the buffer only; copy and add the other rank's buffer;
   all three steps (copy, add, scale), which is what ``chunked`` does; and add
   and scale without the copy (results wrong; shows what the copy costs); and
-  ``SharedSlots.mean`` itself on all arrays (tails and small arrays included).
+  ``SharedWindow.mean`` itself on all arrays (tails and small arrays included).
 
 Run: ``python bench/exchange_floor.py [--repeat 11] [--chunk-bytes 262144]``
 """
@@ -36,7 +36,7 @@ def main() -> int:
     import numpy
     from mpi4py import MPI
 
-    from chainermn_rt.communicators.shared_slots import SharedSlots
+    from chainermn_rt.communicators.shared_window import SharedWindow
 
     comm = MPI.COMM_WORLD
     grads = resnet50_grads(comm.rank)
@@ -52,18 +52,18 @@ def main() -> int:
             for s in range(0, a.size, step):
                 comm.Allreduce(MPI.IN_PLACE, a[s:s + step])
 
-    slots = SharedSlots(comm.Split_type(MPI.COMM_TYPE_SHARED), args.chunk_bytes)
-    views = slots.views(numpy.dtype(numpy.float32))
+    window = SharedWindow(comm.Split_type(MPI.COMM_TYPE_SHARED), args.chunk_bytes)
+    views = window.views(numpy.dtype(numpy.float32))
     me, half = comm.rank, numpy.float32(0.5)
     pieces = [g.reshape(-1)[s:s + step] for g in grads
               for s in range(0, g.size - step + 1, step)]  # whole chunks only
 
     def shared(copy=True, add=True, scale=True):
         for piece in pieces:
-            parts = views[slots.turn]
+            parts = views[window.turn]
             if copy:
                 parts[me][:] = piece
-            slots.barrier()
+            window.barrier()
             if add:
                 numpy.add(piece, parts[1 - me], out=piece)
             if scale:
@@ -77,7 +77,7 @@ def main() -> int:
         "shared: copy, add": lambda: shared(scale=False),
         "shared: copy, add, scale (chunked)": shared,
         "shared: add, scale (no copy)": lambda: shared(copy=False),
-        "SharedSlots.mean, all 161 arrays": lambda: slots.mean(
+        "SharedWindow.mean, all 161 arrays": lambda: window.mean(
             numpy.dtype(numpy.float32), [g.reshape(-1) for g in grads], 0.5),
     }
     ms = interleaved_medians_ms(comm, methods, args.repeat)
@@ -89,7 +89,7 @@ def main() -> int:
             print(f"{name:38} {t:8.2f} ms")
         print(json.dumps({"chunk_bytes": args.chunk_bytes,
                           **{name: round(t, 2) for name, t in ms.items()}}))
-    slots.free()
+    window.free()
     return 0
 
 

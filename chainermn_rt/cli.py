@@ -11,7 +11,11 @@ import argparse
 import importlib
 import sys
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import EXIT_STATUSES, EnvironmentProblem, JobFailed, UserError
+
+DESCRIPTION = ("Run ChainerMN data-parallel training on Slurm: site profiles, job scripts, "
+               "the per-rank step, a local Slurm sandbox and checks.")
+EPILOG = "exit statuses:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_STATUSES.items())
 
 # name -> (module under chainermn_rt.commands, one-line help)
 COMMANDS = {
@@ -33,11 +37,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="chainermn-rt", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="chainermn-rt", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     for name, (_, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, description=help_text)
+        sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     return parser
 
 
@@ -52,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(module.run(args) or 0)
-    except UserError as err:
+    except (UserError, JobFailed, EnvironmentProblem) as err:
         print(f"chainermn-rt {known.command}: error: {err}", file=sys.stderr)
-        return UserError.exit_status
+        return err.exit_status
 
 
 if __name__ == "__main__":

@@ -20,10 +20,9 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import tomllib
 
 VERSIONS_FILE = Path(os.environ.get("CHAINERMN_RT_VERSIONS", "/opt/chainermn_rt/VERSIONS"))
 OK, FAIL, NA = "ok", "FAIL", "n/a"

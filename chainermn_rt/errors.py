@@ -1,4 +1,8 @@
-"""The one error type for user mistakes: the CLI prints it as one line and exits 2."""
+"""The errors a command reports as one line, each with its exit status (``chainermn-rt --help``).
+
+>>> UserError.exit_status, JobFailed.exit_status, EnvironmentProblem.exit_status
+(2, 1, 3)
+"""
 
 
 class UserError(Exception):
@@ -9,3 +13,22 @@ class UserError(Exception):
     """
 
     exit_status = 2
+
+
+class JobFailed(Exception):
+    """A job or a check did not succeed (or did not end in the time given)."""
+
+    exit_status = 1
+
+
+class EnvironmentProblem(Exception):
+    """This machine cannot do it now: a missing tool, Slurm unreachable, the sandbox not up.
+    The message says what to do."""
+
+    exit_status = 3
+
+
+EXIT_STATUSES = {0: "success", JobFailed.exit_status: "the job or a check failed",
+                 UserError.exit_status: "bad input (a site profile, an argument, a request)",
+                 EnvironmentProblem.exit_status: "the environment is not ready (a missing "
+                                                 "tool, Slurm unreachable, the sandbox down)"}

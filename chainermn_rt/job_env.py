@@ -27,8 +27,6 @@ from dataclasses import dataclass, replace
 from chainermn_rt.errors import UserError
 
 LAUNCHERS = ("slurm", "openmpi", "pmix", "hydra", "intelmpi", "none")
-# 0 in these fields means "the launcher does not say"; check_against_mpi fills them in.
-UNKNOWN = 0
 
 
 class LauncherMismatch(RuntimeError):
@@ -37,15 +35,16 @@ class LauncherMismatch(RuntimeError):
 
 @dataclass(frozen=True)
 class JobEnvironment:
-    """This process's place in the job, as the launcher describes it."""
+    """This process's place in the job, as the launcher describes it. None: the launcher does not
+    say (:func:`check_against_mpi` fills it in)."""
 
     launcher: str
     global_rank: int
-    world_size: int
-    local_rank: int
-    local_size: int
-    node_index: int
-    num_nodes: int
+    world_size: int | None
+    local_rank: int | None
+    local_size: int | None
+    node_index: int | None
+    num_nodes: int | None
     hostname: str
 
     @classmethod
@@ -65,10 +64,22 @@ class JobEnvironment:
         return cls("none", 0, 1, 0, 1, 0, 1, host)
 
     def describe(self) -> str:
-        """One line for logs, e.g. ``slurm: rank 3/4, local 1/2, node 1/2 on node1``."""
-        return (f"{self.launcher}: rank {self.global_rank}/{self.world_size}, "
-                f"local {self.local_rank}/{self.local_size}, "
-                f"node {self.node_index}/{self.num_nodes} on {self.hostname}")
+        """One line for logs, e.g. ``slurm: rank 3/4, local 1/2, node 1/2 on node1`` (``?``: not
+        reported)."""
+        return (f"{self.launcher}: rank {self.global_rank}/{shown(self.world_size)}, "
+                f"local {shown(self.local_rank)}/{shown(self.local_size)}, "
+                f"node {shown(self.node_index)}/{shown(self.num_nodes)} on {self.hostname}")
+
+    @property
+    def complete(self) -> bool:
+        """Whether the launcher reported every field."""
+        return None not in (self.world_size, self.local_rank, self.local_size, self.node_index,
+                            self.num_nodes)
+
+
+def shown(value: int | None) -> str:
+    """A field for people: the number, or ``?`` when the launcher did not report it."""
+    return "?" if value is None else str(value)
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
@@ -85,6 +96,11 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
     if value < 0:
         raise UserError(f"environment variable {name}={raw!r}; allowed: a non-negative integer")
     return value
+
+
+def _reported(env: Mapping[str, str], name: str) -> int | None:
+    """The variable's value, None when it is unset or empty."""
+    return _int(env, name) if env.get(name, "") != "" else None
 
 
 def _first(env: Mapping[str, str], *names: str) -> str | None:
@@ -105,14 +121,16 @@ def _tasks_per_node(spec: str, node: int, name: str) -> int:
     return counts[node]
 
 
-def _uniform_node(rank: int, local_rank: int, local_size: int) -> int:
+def _uniform_node(rank: int, local_rank: int | None, local_size: int | None) -> int | None:
     # Assumes block placement with equal ranks per node (the launchers' default).
-    return (rank - local_rank) // local_size if local_size else UNKNOWN
+    if local_rank is None or not local_size:
+        return None
+    return (rank - local_rank) // local_size
 
 
 # Each reader returns (launcher, global_rank, world_size, local_rank, local_size, node_index,
 # num_nodes) or None when its launcher did not start this process.
-Fields = tuple[str, int, int, int, int, int, int]
+Fields = tuple[str, int, int | None, int | None, int | None, int | None, int | None]
 
 
 def _slurm(env: Mapping[str, str]) -> Fields | None:
@@ -145,20 +163,20 @@ def _hydra(env: Mapping[str, str]) -> Fields | None:
     if "PMI_RANK" not in env:
         return None
     rank = _int(env, "PMI_RANK")
-    size = _int(env, "PMI_SIZE", UNKNOWN)
-    local = _int(env, "MPI_LOCALRANKID", UNKNOWN)
-    local_size = _int(env, "MPI_LOCALNRANKS", UNKNOWN)
+    size = _reported(env, "PMI_SIZE")
+    local = _reported(env, "MPI_LOCALRANKID")
+    local_size = _reported(env, "MPI_LOCALNRANKS")
     intel = _first(env, "I_MPI_ROOT", "I_MPI_HYDRA_BOOTSTRAP") is not None
     return ("intelmpi" if intel else "hydra", rank, size, local, local_size,
             _uniform_node(rank, local, local_size),
-            -(-size // local_size) if local_size else UNKNOWN)
+            -(-size // local_size) if size is not None and local_size else None)
 
 
 def _pmix(env: Mapping[str, str]) -> Fields | None:
     # A PMIx server names the rank only; MPI supplies the rest (check_against_mpi).
     if "PMIX_RANK" not in env:
         return None
-    return ("pmix", _int(env, "PMIX_RANK"), UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
+    return ("pmix", _int(env, "PMIX_RANK"), None, None, None, None, None)
 
 
 def check_against_mpi(env: JobEnvironment, comm) -> JobEnvironment:
@@ -166,23 +184,24 @@ def check_against_mpi(env: JobEnvironment, comm) -> JobEnvironment:
 
     Raises ``LauncherMismatch`` when rank or size disagree, e.g. every rank of an
     ``srun`` step reporting rank 0 of 1 because mpi4py's MPI does not speak the
-    launcher's process-management interface. Fields the launcher left at 0
-    (``UNKNOWN``) are filled in from MPI.
+    launcher's process-management interface. Fields the launcher did not report (None)
+    are filled in from MPI.
     """
     rank, size = comm.Get_rank(), comm.Get_size()
-    if env.launcher != "none" and (env.global_rank, env.world_size or size) != (rank, size):
+    said_size = size if env.world_size is None else env.world_size
+    if env.launcher != "none" and (env.global_rank, said_size) != (rank, size):
         hint = (" Every rank seeing rank 0 of 1 means this MPI library was not started by "
                 "this launcher: use the launcher of the MPI mpi4py is built against "
                 "(with Slurm: srun --mpi=pmix for Open MPI), or mpirun from the same MPI."
                 if size == 1 else "")
         raise LauncherMismatch(
-            f"launcher {env.launcher} says rank {env.global_rank} of {env.world_size} but "
+            f"launcher {env.launcher} says rank {env.global_rank} of {shown(env.world_size)} but "
             f"MPI says rank {rank} of {size} on {env.hostname}.{hint}")
     if env.launcher == "none" and size > 1:
         raise LauncherMismatch(
             f"no launcher variables found but MPI says rank {rank} of {size} on "
             f"{env.hostname}: start ranks with srun or mpirun, which set them")
-    if UNKNOWN not in (env.world_size, env.local_size, env.num_nodes):
+    if env.complete:
         return env
     return _complete_from_mpi(env, comm)
 

@@ -1,23 +1,27 @@
-"""Submit a script with sbatch and wait for its final state, on any Slurm cluster.
+"""The one place that runs Slurm's client commands: submit a script, wait for its final state.
 
->>> job = submit(Path("job.sh"))                 # doctest: +SKIP
->>> wait(job)                                    # doctest: +SKIP
+>>> slurm = Slurm()                                # doctest: +SKIP
+>>> job = slurm.submit(Path("job.sh"))             # doctest: +SKIP
+>>> slurm.wait(job)                                # doctest: +SKIP
 FinalState(state='COMPLETED', exit_code=0)
 
 The final state is read from Slurm (``scontrol show job``, then ``sacct``), never from
-``sbatch --wait``'s status alone: a job whose step timed out can still exit 0.
+``sbatch --wait``'s status alone: a job whose step timed out can still exit 0. A cluster
+without accounting (the sandbox) passes its own ``records`` in place of ``sacct``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -30,56 +34,79 @@ class FinalState(NamedTuple):
     exit_code: int
 
 
-def _run(argv: list[str], env: Mapping[str, str] | None) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
-    except FileNotFoundError:
-        raise UserError(f"{argv[0]}: not found; allowed: a machine with Slurm's client "
-                        "commands (for the sandbox: `make sandbox-up`)") from None
+def _fields(text: str) -> dict[str, str]:
+    """``scontrol show ... -o`` output: KEY=VALUE words."""
+    return dict(re.findall(r"(\S+?)=(\S*)", text))
 
 
-def submit(script: Path, extra: list[str] = (), env: Mapping[str, str] | None = None) -> str:
-    """``sbatch --parsable SCRIPT``; returns the job id. Slurm's refusal is a UserError."""
-    proc = _run(["sbatch", "--parsable", *extra, str(script)], env)
-    if proc.returncode != 0:
-        raise UserError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}")
-    return proc.stdout.strip().split(";")[0]
+@dataclass(frozen=True)
+class Slurm:
+    """Slurm's client commands, run with ``env`` (default: this process's environment)."""
+
+    env: Mapping[str, str] | None = None
+    records: Callable[[str], FinalState | None] | None = None
+
+    def run(self, argv: list[str], timeout: float = 120, cwd: str | Path | None = None
+            ) -> subprocess.CompletedProcess:
+        """Run a client command (``sinfo``, ``srun ...``); a CompletedProcess with text output."""
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  cwd=cwd, env=None if self.env is None else dict(self.env))
+        except FileNotFoundError:
+            raise EnvironmentProblem(f"{argv[0]}: not found; run it where Slurm's client "
+                                     "commands reach the cluster (for the sandbox: "
+                                     "`chainermn-rt sandbox up`)") from None
+
+    def submit(self, script: Path, args: list[str] = (), cwd: str | Path | None = None) -> str:
+        """``sbatch --parsable [ARGS] SCRIPT`` in ``cwd``; the job id. Slurm's refusal is a
+        UserError with Slurm's message."""
+        proc = self.run(["sbatch", "--parsable", *args, str(Path(script).absolute())],
+                        cwd=cwd or os.getcwd())
+        if proc.returncode != 0:
+            raise UserError("sbatch refused the job: "
+                            + (proc.stderr.strip() or proc.stdout.strip()).replace("\n", "; "))
+        return proc.stdout.strip().split(";")[0]
+
+    def show(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job -o``'s fields, or {} once Slurm has forgotten the job."""
+        proc = self.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=60)
+        return _fields(proc.stdout) if proc.returncode == 0 else {}
+
+    def stdout_path(self, job_id: str) -> Path | None:
+        """Where the job's standard output goes, as Slurm says."""
+        out = self.show(job_id).get("StdOut")
+        return Path(out) if out else None
+
+    def state(self, job_id: str) -> FinalState | None:
+        """The job's final state, or None while it is pending or running."""
+        fields = self.show(job_id)
+        if fields.get("JobState"):
+            return final_state(fields["JobState"], fields.get("ExitCode", "0:0"))
+        if self.records is not None:
+            return self.records(str(job_id))
+        proc = self.run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "State,ExitCode"],
+                        timeout=60)
+        line = proc.stdout.strip().splitlines()[:1] if proc.returncode == 0 else []
+        if not line or "|" not in line[0]:
+            return None
+        return final_state(*line[0].split("|", 1))
+
+    def wait(self, job_id: str, timeout: float | None = None, poll: float = 1.0) -> FinalState:
+        """Poll until the job ends; :class:`JobFailed` when ``timeout`` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (found := self.state(job_id)) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise JobFailed(f"job {job_id} did not end within {timeout:.0f} s; it goes on "
+                                f"(scancel {job_id} stops it)")
+            time.sleep(poll)
+        return found
 
 
-def _scontrol_state(job_id: str, env) -> tuple[str, int] | None:
-    proc = _run(["scontrol", "show", "job", "-o", job_id], env)
-    if proc.returncode != 0:
+def final_state(state: str, exit_code: str) -> FinalState | None:
+    """A FinalState from Slurm's words (``TIMEOUT``, ``0:15``), None if not final yet.
+    The exit code is the number before ``:`` (after it is the signal)."""
+    state = state.split()[0] if state.strip() else ""
+    if state not in FINAL_STATES:
         return None
-    state = re.search(r"\bJobState=(\S+)", proc.stdout)
-    code = re.search(r"\bExitCode=(\d+):(\d+)", proc.stdout)
-    if not state:
-        return None
-    exit_code = int(code.group(1)) if code else 0
-    return state.group(1), exit_code
-
-
-def _sacct_state(job_id: str, env) -> tuple[str, int] | None:
-    proc = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode"], env)
-    line = proc.stdout.strip().splitlines()[:1] if proc.returncode == 0 else []
-    if not line or "|" not in line[0]:
-        return None
-    state, code = line[0].split("|", 1)
-    return state.split()[0], int(code.split(":")[0] or 0)
-
-
-def wait(job_id: str, env: Mapping[str, str] | None = None, timeout: float = 3600,
-         poll: float = 1.0) -> FinalState:
-    """Poll until the job reaches a final state: ``scontrol`` while Slurm remembers the job
-    (MinJobAge), then ``sacct`` where accounting runs."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for read in (_scontrol_state, _sacct_state):
-            found = read(job_id, env)
-            if found and found[0] in FINAL_STATES:
-                return FinalState(*found)
-            if found:
-                break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {job_id} not finished after {timeout:.0f} s")
-        time.sleep(poll)
-
+    code = exit_code.partition(":")[0]
+    return FinalState(state, int(code) if code.isdigit() else -1)

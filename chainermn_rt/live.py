@@ -1,7 +1,9 @@
 """Compare a site profile with the running cluster (``chainermn-rt site check --live``).
 
->>> compare(load_site("slurm/sites/sandbox.toml"))     # doctest: +SKIP
+>>> compare(load_site("slurm/sites/sandbox.toml"), Slurm())     # doctest: +SKIP
 []          # or e.g. ["partition gpu: nodes 2 in the profile, 3 in Slurm"]
+
+A client command that fails (Slurm unreachable) raises EnvironmentProblem with its message.
 """
 
 from __future__ import annotations
@@ -9,13 +11,27 @@ from __future__ import annotations
 import re
 import subprocess
 
+from chainermn_rt.errors import EnvironmentProblem
+from chainermn_rt.jobs import Slurm
 from chainermn_rt.site import Site, parse_time
 
 
-def _records(argv: list[str]) -> list[dict[str, str]]:
+def _output(slurm: Slurm, argv: list[str]) -> str:
+    try:
+        proc = slurm.run(argv, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(f"{' '.join(argv)}: no answer in 30 s") from None
+    if proc.returncode != 0:
+        said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise EnvironmentProblem(f"{' '.join(argv)} failed (exit {proc.returncode}): "
+                                 f"{said[-1] if said else 'no message'}")
+    return proc.stdout
+
+
+def _records(slurm: Slurm, argv: list[str]) -> list[dict[str, str]]:
     """``scontrol show ... -o``: one record per line of KEY=VALUE words."""
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
-    return [dict(re.findall(r"(\S+?)=(\S*)", line)) for line in out.splitlines() if line.strip()]
+    return [dict(re.findall(r"(\S+?)=(\S*)", line))
+            for line in _output(slurm, argv).splitlines() if line.strip()]
 
 
 def _gpus(gres: str) -> int:
@@ -27,12 +43,12 @@ def _time(text: str) -> int | None:
     return None if text.upper() in ("UNLIMITED", "INFINITE") else parse_time(text, "MaxTime")
 
 
-def compare(site: Site) -> list[str]:
+def compare(site: Site, slurm: Slurm) -> list[str]:
     """Every difference between the profile and Slurm's view, one line each."""
     diffs: list[str] = []
     partitions = {r.get("PartitionName"): r for r in _records(
-        ["scontrol", "show", "partition", "-o"])}
-    nodes = {r.get("NodeName"): r for r in _records(["scontrol", "show", "node", "-o"])}
+        slurm, ["scontrol", "show", "partition", "-o"])}
+    nodes = {r.get("NodeName"): r for r in _records(slurm, ["scontrol", "show", "node", "-o"])}
     for p in site.partitions:
         live = partitions.get(p.name)
         if live is None:
@@ -46,7 +62,7 @@ def compare(site: Site) -> list[str]:
         if max_time != p.max_time_s:
             diffs.append(f"partition {p.name}: max_time {p.max_time} in the profile, "
                          f"{live.get('MaxTime')} in Slurm")
-        names = _expand(live.get("Nodes", ""))
+        names = _expand(slurm, live.get("Nodes", ""))
         for name in names:
             node = nodes.get(name, {})
             cpus, gpus = int(node.get("CPUTot", "0")), _gpus(node.get("Gres", ""))
@@ -62,8 +78,7 @@ def compare(site: Site) -> list[str]:
                 diffs.append(f"node {name}: memory {p.memory_mb}M in the profile, "
                              f"RealMemory={mem} in Slurm")
     if site.launcher == "srun":
-        plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True,
-                                 timeout=30)
+        plugins = slurm.run(["srun", "--mpi=list"], timeout=30)
         listed = re.findall(r"^\s*(?:srun: )?(\S+)\s*$", plugins.stdout + plugins.stderr, re.M)
         if site.srun_mpi not in listed:
             diffs.append(f"srun_mpi {site.srun_mpi!r}: not among srun --mpi=list's plugins "
@@ -71,10 +86,8 @@ def compare(site: Site) -> list[str]:
     return diffs
 
 
-def _expand(hostlist: str) -> list[str]:
+def _expand(slurm: Slurm, hostlist: str) -> list[str]:
     """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (via scontrol, Slurm's own parser)."""
     if not hostlist or hostlist == "(null)":
         return []
-    out = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True,
-                         text=True, check=True, timeout=30).stdout
-    return out.split()
+    return _output(slurm, ["scontrol", "show", "hostnames", hostlist]).split()

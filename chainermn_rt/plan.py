@@ -12,21 +12,25 @@ The templates in slurm/templates/ only format the Plan.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.site import ENV_NAME, RUNTIMES, Partition, Site, parse_memory_mb, parse_time
+from chainermn_rt.rank_contract import RANK_LOG_PATTERN, RANK_LOG_VAR, SLOTS_VAR, dump_slots
+from chainermn_rt.site import (
+    ENV_NAME,
+    LAUNCHERS,
+    RUNTIMES,
+    Partition,
+    Site,
+    check_printable,
+    parse_memory_mb,
+    parse_time,
+)
 
-# The variable that carries the node's slot table to the per-rank step (chainermn_rt.rank).
-SLOTS_VAR = "CHAINERMN_RT_SLOTS"
-# Set to a file pattern to give each rank its own log (see chainermn_rt.rank).
-RANK_LOG_VAR = "CHAINERMN_RT_RANK_LOG"
-RANK_LOG_PATTERN = "%x-%j.rank%r.out"
-OUTPUT_PATTERN = "%x-%j.out"
-LAUNCHERS = ("srun", "mpirun")
+# The job's log (#SBATCH --output), unless --log says otherwise.
+LOG_PATTERN = "%x-%j.out"
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class Request:
     python: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     per_rank_logs: bool = False
-    output: str = OUTPUT_PATTERN
+    log: str = LOG_PATTERN
 
 
 @dataclass(frozen=True)
@@ -69,19 +73,10 @@ class Plan:
     tasks_per_node: int
     cpus_per_task: int
     gpus_per_node: int
-    runtime: str
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
-
-
-def _check_text(value: str, name: str) -> str:
-    """Refuse control characters (newlines would end a #SBATCH line); everything else is quoted."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise UserError(f"{name}: {value!r} contains a control character; allowed: printable text")
-    return value
 
 
 def _tasks(site: Site, part: Partition, req: Request) -> tuple[int, int]:
@@ -118,7 +113,7 @@ def _container(site: Site, req: Request) -> tuple[str, tuple[str, ...], tuple[st
     if not image:
         raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
-    _check_text(image, "--image")
+    check_printable(image, "--image")
     binds = c.binds
     if runtime in ("apptainer", "singularity"):
         argv = [runtime, "exec", "--nv"]
@@ -163,14 +158,11 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int,
         if not ENV_NAME.match(key):
             raise UserError(f"--env: {key!r} is not a variable name; allowed: KEY=VALUE with "
                             "KEY made of letters, digits and _")
-        env[key] = _check_text(value, f"--env {key}")
+        env[key] = check_printable(value, f"--env {key}")
     if SLOTS_VAR in env or RANK_LOG_VAR in env:
         raise UserError(f"--env: {SLOTS_VAR} and {RANK_LOG_VAR} are set by chainermn-rt; "
                         "allowed: any other variable")
-    slots = part.topology.slots[:tasks_per_node]
-    env[SLOTS_VAR] = json.dumps(
-        [{"gpu": s.gpu, "numa": s.numa, "cpus": s.cpus, "hcas": list(s.hcas)} for s in slots],
-        separators=(",", ":"))
+    env[SLOTS_VAR] = dump_slots(part.topology.slots[:tasks_per_node])
     if per_rank_logs:
         env[RANK_LOG_VAR] = RANK_LOG_PATTERN
     return tuple(env.items())
@@ -199,8 +191,8 @@ def make_plan(site: Site, req: Request) -> Plan:
     if not re.match(r"[^/\s]", req.job_name or ""):
         raise UserError(f"--job-name: {req.job_name!r}; allowed: a non-empty name not starting "
                         "with a space or /")
-    job_name = _check_text(req.job_name, "--job-name")
-    output = _check_text(req.output, "--output")
+    job_name = check_printable(req.job_name, "--job-name")
+    log = check_printable(req.log, "--log")
     runtime, container, pyxis_flags = _container(site, req)
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
@@ -221,14 +213,15 @@ def make_plan(site: Site, req: Request) -> Plan:
     if req.memory:
         sbatch.append(("mem", req.memory))
     if account:
-        sbatch.append(("account", _check_text(account, "--account")))
+        sbatch.append(("account", check_printable(account, "--account")))
     if qos:
-        sbatch.append(("qos", _check_text(qos, "--qos")))
-    sbatch.append(("output", output))
+        sbatch.append(("qos", check_printable(qos, "--qos")))
+    sbatch.append(("output", log))
     if site.signal:
         sbatch.append(("signal", site.signal))
     if site.requeue:
         sbatch.append(("requeue", None))
+    sbatch.extend({**dict(site.sbatch), **dict(part.sbatch)}.items())  # the partition's win
 
     return Plan(
         site_name=site.name, sbatch=tuple(sbatch), modules=site.modules,
@@ -236,5 +229,4 @@ def make_plan(site: Site, req: Request) -> Plan:
         launch=_launch(site, req, runtime, tasks_per_node, pyxis_flags),
         container=container, rank_step=(python, "-m", "chainermn_rt", "rank", "--"),
         command=tuple(req.command), partition=part.name, nodes=req.nodes,
-        tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus,
-        runtime=runtime)
+        tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus)

@@ -14,31 +14,27 @@ launcher's variables (:class:`~chainermn_rt.job_env.JobEnvironment`) and the nod
 5. with ``CHAINERMN_RT_VERBOSE=1``, prints one line saying where the rank runs (:func:`describe`);
 6. execs COMMAND.
 
->>> slots = [{"gpu": 0, "numa": 0, "cpus": "0-3", "hcas": ["mlx5_0:1"]},
-...          {"gpu": 1, "numa": 1, "cpus": "4-7", "hcas": ["mlx5_1:1"]}]
+>>> slots = [Slot(gpu=0, numa=0, cpus="0-3", hcas=("mlx5_0:1",)),
+...          Slot(gpu=1, numa=1, cpus="4-7", hcas=("mlx5_1:1",))]
 >>> b = binding(slots, {"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
 ...                     "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"})
->>> b.slot["gpu"], b.device, b.env
+>>> b.slot.gpu, b.device, b.env
 (1, 1, {'UCX_NET_DEVICES': 'mlx5_1:1', 'NCCL_IB_HCA': '=mlx5_1:1'})
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
 from chainermn_rt.errors import UserError
-from chainermn_rt.job_env import JobEnvironment
-from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
-from chainermn_rt.site import parse_cpu_list
-
-VERBOSE_VAR = "CHAINERMN_RT_VERBOSE"
+from chainermn_rt.job_env import JobEnvironment, shown
+from chainermn_rt.rank_contract import RANK_LOG_VAR, SLOTS_VAR, VERBOSE_VAR, Slot, load_slots
 
 
 @dataclass
@@ -46,20 +42,20 @@ class Binding:
     """What the per-rank step applies to this rank."""
 
     job: JobEnvironment
-    slot: dict | None
+    slot: Slot | None
     device: int | None
     cpus: list[int] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
 
-def _slot_of(slots: list[dict], job: JobEnvironment, device: int | None,
-             environ: Mapping[str, str]) -> dict:
+def _slot_of(slots: Sequence[Slot], job: JobEnvironment, device: int | None,
+             environ: Mapping[str, str]) -> Slot:
     """The slot of the physical GPU this rank uses; by local rank where GPUs aren't numbered."""
     if device is not None:
         visible = visible_gpus(environ)
         physical = visible[device] if visible else str(device)
         for slot in slots:
-            if str(slot.get("gpu")) == physical:
+            if str(slot.gpu) == physical:
                 return slot
     if job.local_rank >= len(slots):
         raise UserError(f"local rank {job.local_rank} has no slot: {SLOTS_VAR} lists "
@@ -67,19 +63,22 @@ def _slot_of(slots: list[dict], job: JobEnvironment, device: int | None,
     return slots[job.local_rank]
 
 
-def binding(slots: list[dict] | None, environ: Mapping[str, str]) -> Binding:
+def binding(slots: Sequence[Slot] | None, environ: Mapping[str, str]) -> Binding:
     """Decide this rank's binding from the launcher's variables; changes nothing."""
     job = JobEnvironment.detect(environ)
+    if job.local_rank is None or job.local_size is None:
+        raise UserError(f"launcher {job.launcher} does not report this rank's local rank, which "
+                        "picks its GPU and slot; allowed: srun or an MPI's mpirun")
     device = choose_device(job.local_rank, job.local_size, environ)
     if not slots:
         return Binding(job, None, device)
     slot = _slot_of(slots, job, device, environ)
     env = {}
-    if slot.get("hcas"):
-        hcas = ",".join(slot["hcas"])
+    if slot.hcas:
+        hcas = ",".join(slot.hcas)
         env = {k: v for k, v in (("UCX_NET_DEVICES", hcas), ("NCCL_IB_HCA", "=" + hcas))
                if k not in environ}
-    return Binding(job, slot, device, parse_cpu_list(slot["cpus"]), env)
+    return Binding(job, slot, device, slot.cpu_ids, env)
 
 
 def describe(b: Binding, environ: Mapping[str, str]) -> str:
@@ -88,8 +87,8 @@ def describe(b: Binding, environ: Mapping[str, str]) -> str:
     gpu = "CPU" if b.device is None else \
         f"GPU {b.device} of {VISIBLE_VAR}={environ.get(VISIBLE_VAR, '(unset)')}"
     cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    hcas = ",".join(b.slot.get("hcas", [])) if b.slot else ""
-    return (f"rank {j.global_rank}/{j.world_size} (local {j.local_rank}/{j.local_size}) on "
+    hcas = ",".join(b.slot.hcas) if b.slot else ""
+    return (f"rank {j.global_rank}/{shown(j.world_size)} (local {j.local_rank}/{j.local_size}) on "
             f"{j.hostname}: {gpu}, CPUs {cpus}" + (f", HCA {hcas}" if hcas else ""))
 
 
@@ -112,7 +111,7 @@ def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
         if chosen:
             os.sched_setaffinity(0, chosen)
         else:
-            print(f"chainermn-rt rank: warning: CPUs {b.slot['cpus']} are outside this task's "
+            print(f"chainermn-rt rank: warning: CPUs {b.slot.cpus} are outside this task's "
                   f"allowed CPUs {sorted(allowed)}; not binding", file=sys.stderr)
     environ.update(b.env)
     pattern = environ.get(RANK_LOG_VAR)
@@ -124,7 +123,7 @@ def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
         os.close(fd)
     if environ.get(VERBOSE_VAR) == "1":
         print(describe(b, environ), flush=True)
-    numa = b.slot.get("numa") if b.slot else None
+    numa = b.slot.numa if b.slot else None
     if numa is not None and shutil.which("numactl") and \
             Path(f"/sys/devices/system/node/node{numa}").is_dir():
         return ["numactl", f"--membind={numa}", "--", *command]
@@ -136,11 +135,7 @@ def main(command: list[str]) -> int:
     if not command:
         raise UserError("COMMAND: missing; allowed: the program to run, after `--`")
     raw = os.environ.get(SLOTS_VAR)
-    try:
-        slots = json.loads(raw) if raw else None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{SLOTS_VAR}: not JSON ({err}); allowed: the value chainermn-rt "
-                        "render writes") from None
+    slots = load_slots(raw) if raw else None
     argv = apply(binding(slots, os.environ), command, os.environ)
     try:
         os.execvp(argv[0], argv)

@@ -3,7 +3,7 @@
 Templates format; they decide nothing. Undefined values are errors (StrictUndefined), and
 every value reaches the shell through a quoting filter:
 
-- ``sh``: one shell word (``shlex.quote``); ``shjoin``: an argv as shell words;
+- ``sh``: one shell word (``shlex.quote``); ``shjoin``: an argv as shell words (``shlex.join``);
 - ``directive``: one ``#SBATCH`` value, quoted the way sbatch reads its directives.
 
 >>> directive('my "big" run #1')
@@ -34,16 +34,12 @@ def directive(value: str) -> str:
     return '"' + re.sub(r'([\\"#])', r"\\\1", value) + '"'
 
 
-def shjoin(argv) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
-
-
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir() / "templates")),
         undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,
         trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(sh=shlex.quote, shjoin=shjoin, directive=directive)
+    env.filters.update(sh=shlex.quote, shjoin=shlex.join, directive=directive)
     return env
 
 

@@ -29,24 +29,42 @@ Every mistake raises :class:`UserError` naming the file, the field and what is a
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from dataclasses import dataclass, field
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from chainermn_rt.errors import UserError
+from chainermn_rt.rank_contract import CPU_LIST, CPU_LIST_ALLOWED, HCA, HCA_ALLOWED, Slot
 
 LAUNCHERS = ("srun", "mpirun")
 SRUN_MPI = ("pmix", "pmi2")
 RUNTIMES = ("none", "apptainer", "singularity", "charliecloud", "pyxis")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
-HCA = re.compile(r"[A-Za-z0-9_.-]+:\d+\Z")
 MEMORY = re.compile(r"(\d+)([KMGT]?)\Z")
+SANDBOX_MAX_NODES = 8
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
+SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")
+_RANKS = "--gpus-per-node or --ranks-per-node"
+_GPUS = "--gpus-per-node (GPUs come from the topology's slots)"
+# #SBATCH options the Plan decides, and their aliases: option -> where to set it instead.
+PLAN_SBATCH_OPTIONS = {
+    "job-name": "--job-name", "partition": "--partition", "nodes": "--nodes",
+    "ntasks": _RANKS, "ntasks-per-node": _RANKS, "tasks-per-node": _RANKS,
+    "ntasks-per-gpu": _RANKS,
+    "cpus-per-task": "the partition's cpus_per_node", "cpus-per-gpu": "the partition's "
+                                                                      "cpus_per_node",
+    "gpus": _GPUS, "gpus-per-node": _GPUS, "gpus-per-task": _GPUS, "gpus-per-socket": _GPUS,
+    "gpu-bind": "leaving it out (every rank sees its node's GPUs; `chainermn-rt rank` picks "
+                "one)",
+    "time": "--time", "mem": "--mem", "mem-per-cpu": "--mem", "mem-per-gpu": "--mem",
+    "account": "account or --account", "qos": "qos or --qos",
+    "output": "--log", "error": "--log (the job's output and errors share it)",
+    "signal": "signal", "requeue": "requeue", "no-requeue": "requeue = false",
+}
 
 
 def parse_time(text: str, where: str) -> int:
@@ -79,23 +97,12 @@ def parse_memory_mb(text: str, where: str) -> int:
     return int(int(m.group(1)) * scale)
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """``"0-3,8"`` -> ``[0, 1, 2, 3, 8]``."""
-    cpus: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one rank of a node runs: its GPU (None on CPU nodes), NUMA node, CPUs and HCAs."""
-
-    gpu: int | None
-    numa: int
-    cpus: str
-    hcas: tuple[str, ...] = ()
+def check_printable(value: str, where: str) -> str:
+    """Refuse control characters (a newline would end a #SBATCH line); the rest gets quoted."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise UserError(f"{where}: {value!r} contains a control character; allowed: printable "
+                        "text")
+    return value
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,7 @@ class Partition:
     memory_mb: int | None = None
     gpu_type: str | None = None
     default: bool = False
+    sbatch: tuple[tuple[str, str | None], ...] = ()  # extra options; None: a flag
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,14 @@ class Container:
     binds: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
     python: str = "python3"
+
+
+@dataclass(frozen=True)
+class SandboxTable:
+    """A profile's ``[sandbox]`` table: it describes the local Slurm sandbox (docs/sandbox.md)."""
+
+    subnet: ipaddress.IPv4Network
+    nodes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +163,8 @@ class Site:
     signal: str | None
     requeue: bool
     socket_ifname: str | None
-    sandbox: dict[str, Any] = field(default_factory=dict)
+    sbatch: tuple[tuple[str, str | None], ...] = ()  # extra options; None: a flag
+    sandbox: SandboxTable | None = None
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one (the one marked default, else the first)."""
@@ -220,15 +237,14 @@ def _kind(kind: type | tuple) -> str:
 
 
 def _slot(t: _Table) -> Slot:
-    gpu = t.get("gpu", int, None)
-    if gpu is not None and gpu < 0:
-        raise UserError(f"{t.at('gpu')}: {gpu} is not allowed; allowed: an integer >= 0")
-    numa = t.get("numa", int, 0)
-    cpus = t.get("cpus", str, allowed="a CPU list such as \"0-13,56-69\"")
+    gpu, numa = t.get("gpu", int, None), t.get("numa", int, 0)
+    for key, value in (("gpu", gpu), ("numa", numa)):
+        if value is not None and value < 0:
+            raise UserError(f"{t.at(key)}: {value} is not allowed; allowed: an integer >= 0")
+    cpus = t.get("cpus", str, allowed=CPU_LIST_ALLOWED)
     if not CPU_LIST.match(cpus):
-        raise UserError(f"{t.at('cpus')}: {cpus!r} is not allowed; allowed: a CPU list such as "
-                        "\"0-13,56-69\"")
-    hcas = t.strings("hcas", HCA, "an HCA with its port, e.g. \"mlx5_0:1\"")
+        raise UserError(f"{t.at('cpus')}: {cpus!r} is not allowed; allowed: {CPU_LIST_ALLOWED}")
+    hcas = t.strings("hcas", HCA, HCA_ALLOWED)
     t.done()
     return Slot(gpu=gpu, numa=numa, cpus=cpus, hcas=hcas)
 
@@ -263,13 +279,38 @@ def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
         max_time_s=parse_time(max_time, t.at("max_time")),
         cpus_per_node=t.positive("cpus_per_node"), topology=topologies[topo],
         memory_mb=None if memory is None else parse_memory_mb(memory, t.at("memory")),
-        gpu_type=t.get("gpu_type", str, None), default=t.get("default", bool, False))
+        gpu_type=t.get("gpu_type", str, None), default=t.get("default", bool, False),
+        sbatch=_sbatch(t.get("sbatch", dict, {}), t.at("sbatch")))
     t.done()
     if partition.cpus_per_node < len(partition.topology.slots):
         raise UserError(f"{t.at('cpus_per_node')}: {partition.cpus_per_node} is fewer than the "
                         f"{len(partition.topology.slots)} slots of topology {topo!r}; allowed: "
                         f">= {len(partition.topology.slots)}")
     return partition
+
+
+def _sbatch(data: Any, where: str) -> tuple[tuple[str, str | None], ...]:
+    """An ``[sbatch]`` table: #SBATCH options the Plan does not model, in the profile's order."""
+    t = _Table(data, where)
+    allowed = "a non-empty string (quote numbers), or true for an option without a value"
+    options = []
+    for key in data:
+        if not SBATCH_OPTION.match(key):
+            raise UserError(f"{t.at(key)}: not an sbatch option name; allowed: its long name "
+                            "without --, in lower-case letters, digits and '-', e.g. constraint")
+        if key in PLAN_SBATCH_OPTIONS:
+            raise UserError(f"{t.at(key)}: chainermn-rt sets this option; allowed: "
+                            f"{PLAN_SBATCH_OPTIONS[key]}")
+        value = t.get(key, (str, bool), allowed=allowed)
+        if value is False or value == "":
+            raise UserError(f"{t.at(key)}: {value!r} is not allowed; allowed: {allowed}")
+        if value is not True:
+            check_printable(value, t.at(key))
+        if key == "gres" and "gpu" in (g.split(":")[0] for g in str(value).split(",")):
+            raise UserError(f"{t.at(key)}: {value!r} requests GPUs; allowed: other GRES only "
+                            f"(GPUs: {_GPUS})")
+        options.append((key, None if value is True else value))
+    return tuple(options)
 
 
 def _container(data: Any) -> Container:
@@ -294,6 +335,28 @@ def _environment(data: Any) -> dict[str, str]:
                             "and _, not starting with a digit")
         env[key] = t.get(key, str, allowed="a string (quote numbers)")
     return env
+
+
+def _sandbox(data: Any) -> SandboxTable | None:
+    if data is None:
+        return None
+    t = _Table(data, "sandbox")
+    allowed = "a private IPv4 network from /16 to /28, e.g. \"10.213.0.0/24\""
+    text = t.get("subnet", str, "10.213.0.0/24", allowed=allowed)
+    try:
+        subnet = ipaddress.IPv4Network(text, strict=True)
+    except ValueError:
+        subnet = None
+    # a /28 at least: 14 addresses hold the head and the most nodes
+    if subnet is None or not subnet.is_private or subnet.is_loopback or \
+            not 16 <= subnet.prefixlen <= 28:
+        raise UserError(f"{t.at('subnet')}: {text!r} is not allowed; allowed: {allowed}")
+    nodes = t.get("nodes", int, None, allowed=f"1-{SANDBOX_MAX_NODES}")
+    if nodes is not None and not 1 <= nodes <= SANDBOX_MAX_NODES:
+        raise UserError(f"{t.at('nodes')}: {nodes} is not allowed; allowed: "
+                        f"1-{SANDBOX_MAX_NODES}")
+    t.done()
+    return SandboxTable(subnet=subnet, nodes=nodes)
 
 
 def parse_site(data: dict[str, Any], path: Path) -> Site:
@@ -331,19 +394,21 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         python=t.get("python", str, None),
         signal=signal, requeue=t.get("requeue", bool, False),
         socket_ifname=t.get("socket_ifname", str, None),
-        sandbox=t.get("sandbox", dict, {}))
+        sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
+        sandbox=_sandbox(t.get("sandbox", dict, None)))
     t.done()
     return site
 
 
-def load_site(path: str | Path) -> Site:
-    """Read and validate a profile file; errors are prefixed with the file's path."""
+def load_site(path: str | Path, argument: str = "--site") -> Site:
+    """Read and validate a profile file; errors are prefixed with the file's path, and a
+    missing file names the ``argument`` that gave it."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"--site: {path}: no such file; allowed: a site profile "
-                        f"(shipped: {', '.join(shipped_sites())})") from None
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        raise UserError(f"{argument}: {path}: {err.strerror.lower()}; allowed: a readable site "
+                        f"profile (.toml) or a shipped one: {', '.join(shipped_sites())}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid TOML: {err}") from None
     try:

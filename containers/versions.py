@@ -11,9 +11,8 @@ Example::
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 VERSIONS = HERE / "versions.toml"

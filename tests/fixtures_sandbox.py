@@ -1,24 +1,27 @@
 """The ``sandbox`` fixture: one real Slurm sandbox per test session (see docs/sandbox.md).
 
     def test_two_nodes(sandbox):
-        job = sandbox.submit("#!/bin/sh\\nsrun hostname\\n", ["--nodes=2"])
-        assert sandbox.wait(job) == ("COMPLETED", 0)
-        print(sandbox.output(job))
+        job = submit_text(sandbox, "#!/bin/sh\\nsrun hostname\\n", ["--nodes=2"])
+        assert sandbox.slurm.wait(job) == ("COMPLETED", 0)
+        print(job_output(sandbox, job))
 
-The fixture is a :class:`chainermn_rt.sandbox.Sandbox`: ``submit(script path or text, args)``
--> job id, ``wait(job)`` -> ``(state, exit_code)`` from Slurm's job records, ``output(job)``,
-``record(job)``, ``run(argv)`` for client commands (``srun``, ``sbatch --test-only``...) and
-``state_dir``. A sandbox already up in build/sandbox is reused and left up; one the fixture
-started is brought down at the end of the session. Failing to start fails the test, never skips.
+The fixture is a :class:`chainermn_rt.sandbox.Sandbox` in this checkout's build/sandbox:
+``sandbox.slurm`` submits, waits and runs client commands (``chainermn_rt.jobs.Slurm``),
+``sandbox.job_record(job)`` reads Slurm's record of a finished job. A sandbox already up there
+is reused and left up; one the fixture started is brought down at the end of the session.
+Failing to start fails the test, never skips.
 """
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from chainermn_rt.sandbox import Sandbox, SandboxError
 
-from conftest import REPO, require_commands
+from conftest import require_commands
 
 SANDBOX_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "ip",
                     "nsenter", "unshare")
@@ -27,7 +30,7 @@ SANDBOX_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol
 @pytest.fixture(scope="session")
 def sandbox():
     require_commands(*SANDBOX_COMMANDS)
-    sb = Sandbox.from_profile(state_dir=REPO / "build" / "sandbox")
+    sb = Sandbox.from_profile()
     started = not sb.status().up
     if started:
         try:
@@ -37,3 +40,19 @@ def sandbox():
     yield sb
     if started:
         sb.down()
+
+
+def submit_text(sb: Sandbox, text: str, args: list[str] = ()) -> str:
+    """Submit a script given as text; its output goes to ``job_output``'s file."""
+    jobs = sb.state_dir / "jobs"
+    jobs.mkdir(exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=jobs, prefix="script-", suffix=".sh",
+                                     delete=False) as f:
+        f.write(text)
+    path = Path(f.name)
+    return sb.slurm.submit(path, [f"--output={jobs / 'slurm-%j.out'}", *args], cwd=jobs)
+
+
+def job_output(sb: Sandbox, job: str) -> str:
+    path = sb.state_dir / "jobs" / f"slurm-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else ""

@@ -24,7 +24,7 @@ def test_chunked_equals_naive_two_ranks():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks, exchange", [(3, "SharedSlots"), (5, "MpiChunks")])
+@pytest.mark.parametrize("ranks, exchange", [(3, "SharedWindow"), (5, "MpiChunks")])
 def test_chunked_more_ranks_agree(ranks, exchange):
     """3 ranks: shared memory (ranks 0-1 and 2 take different code paths to one sum);
     5 ranks: more than SHARED_MAX_RANKS, so MPI."""

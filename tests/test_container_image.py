@@ -15,10 +15,10 @@ import re
 import subprocess
 import sys
 import tarfile
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from conftest import REPO, require_commands
 
@@ -237,8 +237,8 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
     script = tmp_path / "job.sh"
     script.write_text(render(plan))
     assert "ch-run --set-env" in script.read_text()
-    job = sandbox.submit(script, cwd=tmp_path)
-    state = sandbox.wait(job, timeout=600)
+    job = sandbox.slurm.submit(script, cwd=tmp_path)
+    state = sandbox.slurm.wait(job, timeout=600, poll=0.5)
     out = next(tmp_path.glob(f"*-{job}.out"), None)
     text = out.read_text(errors="replace") if out else ""
     assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"

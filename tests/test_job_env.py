@@ -54,7 +54,11 @@ def fields(env: JobEnvironment) -> tuple:
     (HYDRA, ("hydra", 5, 6, 1, 2, 2, 3)),
     ({**HYDRA, "I_MPI_ROOT": "/opt/intel/mpi"}, ("intelmpi", 5, 6, 1, 2, 2, 3)),
     # a bare PMIx server names the rank only; MPI completes the rest
-    ({"PMIX_RANK": "2", "PMIX_NAMESPACE": "prterun-x-1"}, ("pmix", 2, 0, 0, 0, 0, 0)),
+    ({"PMIX_RANK": "2", "PMIX_NAMESPACE": "prterun-x-1"},
+     ("pmix", 2, None, None, None, None, None)),
+    # Hydra without the local rank: unknown, not rank 0 of the node
+    ({k: v for k, v in HYDRA.items() if k != "MPI_LOCALRANKID"},
+     ("hydra", 5, 6, None, 2, None, 3)),
     # the batch script itself (no step): one process
     ({"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "4"},
      ("none", 0, 1, 0, 1, 0, 1)),
@@ -110,6 +114,14 @@ def test_mismatch_every_rank_zero_of_one():
 def test_mismatch_no_launcher_but_many_ranks():
     with pytest.raises(LauncherMismatch, match="no launcher variables"):
         check_against_mpi(JobEnvironment.detect({}), FakeComm(1, 2))
+
+
+def test_an_unreported_rank_is_unknown_never_zero():
+    env = JobEnvironment.detect({"PMIX_RANK": "2"})
+    assert not env.complete
+    assert env.describe().startswith("pmix: rank 2/?, local ?/?, node ?/? on ")
+    with pytest.raises(LauncherMismatch, match=r"says rank 2 of \? but MPI says rank 0 of 1"):
+        check_against_mpi(env, FakeComm(0, 1))
 
 
 def test_agreement_returns_env_unchanged():

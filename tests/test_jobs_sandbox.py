@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.rank_contract import parse_cpu_list
 from chainermn_rt.render import render
-from chainermn_rt.site import load_site, parse_cpu_list
+from chainermn_rt.site import load_site
 
 from conftest import PYTHON, REPO, json_objects
 
@@ -30,8 +31,8 @@ def _script(tmp_path, name="job.sh", **request) -> tuple:
 
 
 def _run(sandbox, tmp_path, path, timeout=300):
-    job = sandbox.submit(path, cwd=tmp_path)
-    state = sandbox.wait(job, timeout=timeout)
+    job = sandbox.slurm.submit(path, cwd=tmp_path)
+    state = sandbox.slurm.wait(job, timeout=timeout, poll=0.5)
     out = next(tmp_path.glob(f"*-{job}.out"), None)
     text = out.read_text(errors="replace") if out else ""
     assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"
@@ -50,7 +51,7 @@ def _reports(text):
 ])
 def test_sbatch_test_only_accepts_generated_scripts(sandbox, tmp_path, request_kw):
     _, path = _script(tmp_path, **request_kw)
-    proc = sandbox.run(["sbatch", "--test-only", str(path)], cwd=tmp_path)
+    proc = sandbox.slurm.run(["sbatch", "--test-only", str(path)], cwd=tmp_path)
     assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
 
 
@@ -59,7 +60,7 @@ def test_sbatch_refuses_what_the_plan_would_too(sandbox, tmp_path):
     _, path = _script(tmp_path, nodes=2, gpus_per_node=2, command=("hostname",))
     text = path.read_text().replace("#SBATCH --gpus-per-node=2", "#SBATCH --gpus-per-node=5")
     path.write_text(text)
-    proc = sandbox.run(["sbatch", "--test-only", str(path)], cwd=tmp_path)
+    proc = sandbox.slurm.run(["sbatch", "--test-only", str(path)], cwd=tmp_path)
     assert proc.returncode != 0 and "Requested node configuration is not available" in proc.stderr
 
 
@@ -105,8 +106,8 @@ def test_hostile_values_reach_the_program_byte_for_byte(sandbox, tmp_path):
                          command=(PYTHON, "-c", "import json, os, sys; print(json.dumps("
                                   "{'argv': sys.argv[1:], 'env': os.environ['HOSTILE'], "
                                   "'name': os.environ['SLURM_JOB_NAME']}))", *HOSTILE))
-    job = sandbox.submit(path, cwd=tmp_path)
-    state = sandbox.wait(job)
+    job = sandbox.slurm.submit(path, cwd=tmp_path)
+    state = sandbox.slurm.wait(job, timeout=300, poll=0.5)
     out = next(tmp_path.glob(f"*-{job}.out"))
     assert tuple(state) == ("COMPLETED", 0), out.read_text()
     seen = json.loads(next(line for line in out.read_text().splitlines()
@@ -122,18 +123,30 @@ def test_submit_command_waits_for_the_final_state(sandbox, tmp_path):
     assert bad.returncode == 1 and "FAILED, exit code 1" in bad.stdout, bad.stderr
 
 
-def _cli_submit(sandbox, tmp_path, program):
+def _cli_submit(sandbox, tmp_path, *program, wait=("--wait",)):
     return subprocess.run(
-        sandbox.command([sys.executable, "-m", "chainermn_rt", "submit", "--site", str(SITE),
-                         "--nodes", "1", "--gpus-per-node", "1", "--time", "2", "--wait", "--",
-                         program]),
+        [sys.executable, "-m", "chainermn_rt", "submit", "--site", str(SITE),
+         "--nodes", "1", "--gpus-per-node", "1", "--time", "2", *wait, "--", *program],
         env=sandbox.env(), capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def test_a_wait_that_runs_out_is_one_line_and_the_job_goes_on(sandbox, tmp_path):
+    proc = _cli_submit(sandbox, tmp_path, "sleep", "60", wait=("--wait", "--wait-timeout", "1"))
+    job = proc.stdout.split()[-1]
+    try:
+        assert proc.returncode == 1, proc
+        assert proc.stderr.splitlines() == [
+            f"chainermn-rt submit: error: job {job} did not end within 1 s; it goes on "
+            f"(scancel {job} stops it)"]
+        assert sandbox.slurm.state(job) is None  # still pending or running
+    finally:
+        sandbox.slurm.run(["scancel", job])
 
 
 def test_site_check_live_matches_the_sandbox_and_reports_differences(sandbox, tmp_path):
     def check(path):
-        return subprocess.run(sandbox.command([sys.executable, "-m", "chainermn_rt", "site",
-                                               "check", str(path), "--live"]),
+        return subprocess.run([sys.executable, "-m", "chainermn_rt", "site", "check", str(path),
+                               "--live"],
                               env=sandbox.env(), capture_output=True, text=True, timeout=120)
 
     same = check(SITE)

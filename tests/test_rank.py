@@ -10,13 +10,12 @@ import sys
 import pytest
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import RANK_LOG_VAR, SLOTS_VAR
 from chainermn_rt.rank import binding
+from chainermn_rt.rank_contract import RANK_LOG_VAR, SLOTS_VAR, Slot, dump_slots, load_slots
 
-from conftest import REPO, clean_launcher_env, json_objects, run_mpi
+from conftest import PYTHON, REPO, clean_launcher_env, json_objects, run_mpi
 
-SLOTS = [{"gpu": g, "numa": g // 2, "cpus": f"{g}", "hcas": [f"mlx5_{g // 2}:1"]}
-         for g in range(4)]
+SLOTS = [Slot(gpu=g, numa=g // 2, cpus=f"{g}", hcas=(f"mlx5_{g // 2}:1",)) for g in range(4)]
 
 
 def _slurm(local, tasks, visible):
@@ -36,7 +35,7 @@ def _slurm(local, tasks, visible):
 ])
 def test_slot_follows_the_physical_gpu(local, tasks, visible, gpu, device):
     b = binding(SLOTS, _slurm(local, tasks, visible))
-    assert (b.slot["gpu"], b.device, b.cpus) == (gpu, device, [gpu])
+    assert (b.slot.gpu, b.device, b.cpus) == (gpu, device, [gpu])
     assert b.env == {"UCX_NET_DEVICES": f"mlx5_{gpu // 2}:1", "NCCL_IB_HCA": f"=mlx5_{gpu // 2}:1"}
 
 
@@ -46,8 +45,7 @@ def test_explicit_hca_variables_win():
 
 
 def test_cpu_slots_by_local_rank_and_too_many_ranks():
-    cpu = [{"gpu": None, "numa": 0, "cpus": "0-1", "hcas": []},
-           {"gpu": None, "numa": 1, "cpus": "2-3", "hcas": []}]
+    cpu = [Slot(gpu=None, numa=0, cpus="0-1"), Slot(gpu=None, numa=1, cpus="2-3")]
     assert binding(cpu, _slurm(1, 2, "")).cpus == [2, 3]
     with pytest.raises(UserError, match="local rank 2 has no slot"):
         binding(cpu, _slurm(2, 3, ""))
@@ -58,13 +56,19 @@ def test_more_ranks_than_gpus_is_a_clear_error():
         binding(SLOTS, _slurm(0, 3, "0,1"))
 
 
+def test_a_rank_whose_local_rank_is_not_reported_is_refused():
+    """A bare PMIx server names the global rank only: no slot or GPU can be chosen."""
+    with pytest.raises(UserError, match="launcher pmix does not report this rank's local rank"):
+        binding(SLOTS, {"PMIX_RANK": "2"})
+
+
 def _rank_env(**extra):
     return clean_launcher_env() | extra
 
 
 def test_rank_step_execs_the_command_with_argv_intact(tmp_path):
     hostile = ["a b", "'", '"', ";", "$(id)", "`id`", "x\ny", "é ✓", ""]
-    env = _rank_env(**{SLOTS_VAR: json.dumps(SLOTS[:1]), RANK_LOG_VAR: str(tmp_path / "%r.log"),
+    env = _rank_env(**{SLOTS_VAR: dump_slots(SLOTS[:1]), RANK_LOG_VAR: str(tmp_path / "%r.log"),
                        "CUDA_VISIBLE_DEVICES": "0"})
     proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "rank", "--", sys.executable,
                            str(REPO / "tests/programs/report_rank.py"), *hostile],
@@ -83,13 +87,13 @@ def test_rank_step_reports_a_missing_program():
 
 def test_two_real_ranks_bind_to_their_slots():
     """mpirun -np 2: each rank of the node gets its slot's CPU."""
-    slots = [{"gpu": None, "numa": 0, "cpus": "0", "hcas": ["hca_a:1"]},
-             {"gpu": None, "numa": 0, "cpus": "1", "hcas": ["hca_b:1"]}]
+    slots = [Slot(gpu=None, numa=0, cpus="0", hcas=("hca_a:1",)),
+             Slot(gpu=None, numa=0, cpus="1", hcas=("hca_b:1",))]
     if len(os.sched_getaffinity(0)) < 2:
         pytest.fail("this test needs 2 CPUs")
     proc = run_mpi(2, ["-m", "chainermn_rt", "rank", "--", sys.executable,
                        str(REPO / "tests/programs/report_rank.py")],
-                   env=_rank_env(**{SLOTS_VAR: json.dumps(slots)}) | {"CUDA_VISIBLE_DEVICES": ""})
+                   env=_rank_env(**{SLOTS_VAR: dump_slots(slots)}) | {"CUDA_VISIBLE_DEVICES": ""})
     seen = sorted(json_objects(proc.stdout),
                   key=lambda r: r["rank"])
     assert [(r["rank"], r["local_rank"], r["cpus"], r["ucx"]) for r in seen] == [
@@ -97,10 +101,51 @@ def test_two_real_ranks_bind_to_their_slots():
 
 
 def test_verbose_rank_says_where_it_runs(tmp_path):
-    env = _rank_env(**{SLOTS_VAR: json.dumps(SLOTS[:2]), "CHAINERMN_RT_VERBOSE": "1",
+    env = _rank_env(**{SLOTS_VAR: dump_slots(SLOTS[:2]), "CHAINERMN_RT_VERBOSE": "1",
                        "CUDA_VISIBLE_DEVICES": "0,1"}) | _slurm(1, 2, "0,1")
     proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "rank", "--", "true"],
                           env=env, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.endswith(": GPU 1 of CUDA_VISIBLE_DEVICES=0,1, CPUs 1, HCA mlx5_0:1\n")
     assert proc.stdout.startswith("rank 1/2 (local 1/2) on ")
+
+
+def test_slot_table_round_trips_in_the_format_scripts_carry():
+    text = '[{"gpu":null,"numa":1,"cpus":"0-1,4","hcas":[]},{"gpu":3,"numa":0,"cpus":"2",' \
+           '"hcas":["mlx5_0:1","mlx5_1:1"]}]'
+    slots = load_slots(text)
+    assert slots == (Slot(gpu=None, numa=1, cpus="0-1,4"),
+                     Slot(gpu=3, numa=0, cpus="2", hcas=("mlx5_0:1", "mlx5_1:1")))
+    assert slots[0].cpu_ids == [0, 1, 4] and dump_slots(slots) == text
+
+
+@pytest.mark.parametrize("raw, problem", [
+    ("[{", "Expecting"),
+    ('{"gpu":0}', "not a list"),
+    ('[{"gpu":0,"numa":0,"cpus":"0"}]', "keys gpu, numa, cpus, hcas"),
+    ('[{"gpu":-1,"numa":0,"cpus":"0","hcas":[]}]', "gpu: -1"),
+    ('[{"gpu":0,"numa":true,"cpus":"0","hcas":[]}]', "numa: True"),
+    ('[{"gpu":0,"numa":0,"cpus":"0 to 3","hcas":[]}]', "'0 to 3' is not a CPU list"),
+    ('[{"gpu":0,"numa":0,"cpus":"0","hcas":["mlx5_0"]}]', "hcas: ['mlx5_0']"),
+])
+def test_a_bad_slot_table_names_the_variable(raw, problem):
+    with pytest.raises(UserError) as err:
+        load_slots(raw)
+    assert str(err.value).startswith(f"{SLOTS_VAR}: ") and problem in str(err.value)
+
+
+def test_rank_step_with_a_bad_slot_table_exits_2_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "rank", "--", "true"],
+                          env=_rank_env(**{SLOTS_VAR: "[{\"gpu\": 0}]"}), capture_output=True,
+                          text=True, cwd=REPO)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert SLOTS_VAR in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_rank_step_and_its_contract_do_not_import_the_plan():
+    code = ("import sys, chainermn_rt.rank; "
+            "print(sorted(m for m in sys.modules if m in ('chainermn_rt.plan', "
+            "'chainermn_rt.site', 'jinja2', 'tomllib')))")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         check=True).stdout
+    assert out.strip() == "[]"

@@ -82,3 +82,25 @@ def test_missing_template_value_is_an_error():
 
     with pytest.raises(jinja2.UndefinedError):
         environment().from_string("{{ plan.nope }}").render(plan=object())
+
+
+def test_hostile_sbatch_table_values_never_run(tmp_path):
+    """A profile's [sbatch] value stays on its #SBATCH line, quoted; the script runs nothing
+    of it (a fake srun shows that the script ran to its end)."""
+    import json
+
+    hostile = "$(touch CANARY) `touch CANARY`; touch CANARY #x \"q\" 'y' \\ é"
+    profile = tmp_path / "site.toml"
+    profile.write_text((REPO / "slurm" / "sites" / "dgx-h100.toml").read_text().replace(
+        'constraint = "ndr"\n', f'constraint = "ndr"\ncomment = {json.dumps(hostile)}\n'))
+    script = tmp_path / "job.sh"
+    script.write_text(render(make_plan(load_site(profile), Request(nodes=1, command=("x",)))))
+    assert f"\n#SBATCH --comment={directive(hostile)}\n" in script.read_text()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text("#!/bin/sh\ntouch ran\n")
+    (fake / "srun").chmod(0o755)
+    subprocess.run(["bash", str(script)], cwd=tmp_path, check=True,
+                   env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"})
+    assert (tmp_path / "ran").exists()
+    assert not list(tmp_path.rglob("CANARY")) and not (REPO / "CANARY").exists()

@@ -5,20 +5,22 @@ Every job runs on the real slurmctld/slurmd of the session's ``sandbox`` fixture
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import subprocess
-from pathlib import Path
+import sys
 
 import pytest
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.sandbox import Sandbox, processes
-from chainermn_rt.sandbox.cluster import MARKER_VAR
-from chainermn_rt.sandbox.settings import sandbox_settings
+from chainermn_rt.sandbox import Sandbox, netns, processes
+from chainermn_rt.sandbox.daemons import MARKER_VAR
 
 from conftest import PYTHON, REPO, json_objects, require_commands
+from fixtures_sandbox import job_output, submit_text
+
+sys.path.insert(0, str(REPO / "examples"))
+from sandbox_demo import run_demo  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -40,10 +42,10 @@ def job(body: str) -> str:
     return "#!/bin/bash\nset -euo pipefail\n" + body + "\n"
 
 
-def finished(sandbox, job_id: int, timeout: float = 300) -> str:
+def finished(sandbox, job_id: str, timeout: float = 300) -> str:
     """Wait for a job that must complete with 0; its output."""
-    state = sandbox.wait(job_id, timeout=timeout)
-    out = sandbox.output(job_id)
+    state = sandbox.slurm.wait(job_id, timeout=timeout, poll=0.5)
+    out = job_output(sandbox, job_id)
     assert state == ("COMPLETED", 0), f"job {job_id}: {state}\n{out}"
     return out
 
@@ -51,16 +53,16 @@ def finished(sandbox, job_id: int, timeout: float = 300) -> str:
 @pytest.fixture(scope="module")
 def timeouts(sandbox):
     """Two jobs that run into time limits, submitted first so their minute overlaps the tests."""
-    whole = sandbox.submit(job("sleep 600"), ["--time=1", "--nodes=1", "--job-name=tmo-job"])
-    step = sandbox.submit(job("srun --time=1 sleep 600 || true\necho script went on\nexit 0"),
-                          ["--time=5", "--nodes=1", "--job-name=tmo-step"])
+    whole = submit_text(sandbox, job("sleep 600"), ["--time=1", "--nodes=1", "--job-name=tmo-job"])
+    step = submit_text(sandbox, job("srun --time=1 sleep 600 || true\necho script went on\nexit 0"),
+                       ["--time=5", "--nodes=1", "--job-name=tmo-step"])
     return whole, step
 
 
 @pytest.mark.usefixtures("timeouts")
 def test_two_nodes_have_distinct_hostnames(sandbox):
-    out = finished(sandbox, sandbox.submit(job("srun hostname"),
-                                           ["--nodes=2", "--ntasks-per-node=1"]))
+    out = finished(sandbox, submit_text(sandbox, job("srun hostname"),
+                                        ["--nodes=2", "--ntasks-per-node=1"]))
     assert sorted(out.split()) == ["node1", "node2"]
 
 
@@ -69,8 +71,8 @@ def test_allreduce_across_nodes(sandbox, tmp_path, launcher):
     require_commands("mpirun")
     program = tmp_path / "allreduce.py"
     program.write_text(ALLREDUCE)
-    out = finished(sandbox, sandbox.submit(job(f"{launcher} {PYTHON} {program}"),
-                                           ["--nodes=2", "--ntasks-per-node=2"]))
+    out = finished(sandbox, submit_text(sandbox, job(f"{launcher} {PYTHON} {program}"),
+                                        ["--nodes=2", "--ntasks-per-node=2"]))
     rows = sorted(line.split() for line in out.splitlines() if line.strip())
     assert [r[:2] for r in rows] == [[str(i), "4"] for i in range(4)], out
     assert {r[4] for r in rows} == {"10"}, out
@@ -78,11 +80,11 @@ def test_allreduce_across_nodes(sandbox, tmp_path, launcher):
     assert all(r[2] == r[3] for r in rows), "MPI processor name differs from the hostname"
 
 
-@pytest.mark.parametrize("nodes, exchange", [(1, "SharedSlots"), (2, "MpiChunks")])
+@pytest.mark.parametrize("nodes, exchange", [(1, "SharedWindow"), (2, "MpiChunks")])
 def test_chunked_shares_memory_within_one_node_only(sandbox, nodes, exchange):
     program = REPO / "tests" / "programs" / "report_exchange.py"
-    proc = sandbox.run(["srun", "--mpi=pmix", f"--nodes={nodes}", "--ntasks-per-node=2",
-                        PYTHON, str(program)], cwd=REPO)
+    proc = sandbox.slurm.run(["srun", "--mpi=pmix", f"--nodes={nodes}", "--ntasks-per-node=2",
+                              PYTHON, str(program)], cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     rows = json_objects(proc.stdout)
     ranks = 2 * nodes
@@ -101,8 +103,9 @@ GPU_REQUESTS = {
 
 @pytest.mark.parametrize("request_", GPU_REQUESTS)
 def test_cuda_visible_devices_per_task(sandbox, request_):
-    proc = sandbox.run(["srun", "--nodes=2", "--ntasks-per-node=2", *request_.split(), "sh", "-c",
-                        'echo "$(hostname) $SLURM_LOCALID $CUDA_VISIBLE_DEVICES"'])
+    proc = sandbox.slurm.run(["srun", "--nodes=2", "--ntasks-per-node=2", *request_.split(),
+                              "sh", "-c",
+                              'echo "$(hostname) $SLURM_LOCALID $CUDA_VISIBLE_DEVICES"'])
     assert proc.returncode == 0, proc.stderr
     seen = sorted(line.split() for line in proc.stdout.splitlines())
     want = sorted([node, str(local), gpus] for node in ("node1", "node2")
@@ -114,8 +117,8 @@ def test_cuda_visible_devices_per_task(sandbox, request_):
                                                ("--gpus-per-node=2", (0, 1))])
 def test_runtime_finds_local_rank_and_device(sandbox, request_, devices):
     program = REPO / "tests" / "programs" / "report_rank.py"
-    proc = sandbox.run(["srun", "--nodes=2", "--ntasks-per-node=2", *request_.split(),
-                        PYTHON, str(program)], cwd=REPO)
+    proc = sandbox.slurm.run(["srun", "--nodes=2", "--ntasks-per-node=2", *request_.split(),
+                              PYTHON, str(program)], cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     ranks = sorted(json_objects(proc.stdout),
                    key=lambda r: r["rank"])
@@ -135,82 +138,128 @@ def test_runtime_finds_local_rank_and_device(sandbox, request_, devices):
 ])
 def test_over_partition_limits_rejected(sandbox, args, message):
     with pytest.raises(UserError, match=message):
-        sandbox.submit(job("hostname"), args)
+        submit_text(sandbox, job("hostname"), args)
 
 
 def test_time_limits_reported_as_timeout(sandbox, timeouts):
     whole, step = timeouts
     # Killed at its limit, the job's record says TIMEOUT although its exit code reads 0.
-    assert sandbox.wait(whole, timeout=300) == ("TIMEOUT", 0)
+    assert sandbox.slurm.wait(whole, timeout=300) == ("TIMEOUT", 0)
     # A step killed at its own limit while the script went on: the job COMPLETED, and only
     # the record's derived exit code (the worst step's, signal 15) shows the time-out.
-    assert sandbox.wait(step, timeout=300) == ("COMPLETED", 0)
-    assert sandbox.record(step)["DerivedExitCode"] == "0:15"
-    assert "DUE TO TIME LIMIT" in sandbox.output(step)
-    assert "script went on" in sandbox.output(step)
+    assert sandbox.slurm.wait(step, timeout=300) == ("COMPLETED", 0)
+    assert sandbox.job_record(step)["DerivedExitCode"] == "0:15"
+    assert "DUE TO TIME LIMIT" in job_output(sandbox, step)
+    assert "script went on" in job_output(sandbox, step)
 
 
 def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, tmp_path, capsys):
     """`make demo`'s job: rendered 2 nodes x 2 ranks, ChainerMN MNIST, one parameter digest."""
-    from chainermn_rt.sandbox.demo import run_demo
-
     assert run_demo(sandbox, tmp_path, iterations=30) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
     placed = sorted(re.findall(r"^  rank (\d)/4 \(local (\d)/2\) on (node\d): GPU (\d) of "
                                r"CUDA_VISIBLE_DEVICES=0,1, CPUs (\d)", out, re.MULTILINE))
-    # ranks in blocks, device = local rank, CPUs from the sandbox profile's slots (GPU 0,1: CPU 0)
-    assert placed == [("0", "0", "node1", "0", "0"), ("1", "1", "node1", "1", "0"),
-                      ("2", "0", "node2", "0", "0"), ("3", "1", "node2", "1", "0")], out
+    # ranks in blocks, device = local rank, CPUs from the sandbox profile's slots: GPU 0 on
+    # CPU 0, GPU 1 on CPU 1, so a node's two ranks use both cores
+    assert placed == [("0", "0", "node1", "0", "0"), ("1", "1", "node1", "1", "1"),
+                      ("2", "0", "node2", "0", "0"), ("3", "1", "node2", "1", "1")], out
     digests = [line.split()[-1] for line in out.splitlines() if "parameters sha256" in line]
     assert len(digests) == 4 and len(set(digests)) == 1, out
     assert "final accuracy: main/accuracy" in out, out
 
 
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
-    """A second, one-node sandbox of its own: up twice, a running job, then down."""
+    """A second, one-node sandbox of its own beside the session's: up twice, a running job,
+    then down; nothing of it is left."""
     require_commands("munged", "slurmctld", "slurmd", "ip")
-    shipped = Sandbox.from_profile().site
-    site = dataclasses.replace(shipped, sandbox={
-        **shipped.sandbox, "prefix": "cmrtsbxt", "controller_port": 6917, "slurmd_port": 6918})
-    sb = Sandbox(site, sandbox_settings(site, nodes=1, state_dir=tmp_path / "state"))
+    sb = Sandbox.from_profile(nodes=1, state_dir=tmp_path / "state")
     first = sb.up()
     try:
         assert sb.status().up, first
         assert "already up" in sb.up()
         record = json.loads((sb.state_dir / "sandbox.json").read_text())
-        running = sb.submit(job("srun sleep 600"), ["--nodes=1"])
-        sb.run(["scontrol", "wait_job", str(running)], timeout=60)  # waits until it runs
+        running = submit_text(sb, job("srun sleep 600"), ["--nodes=1"])
+        sb.slurm.run(["scontrol", "wait_job", running], timeout=60)  # waits until it runs
     finally:
         print(sb.down())
-    assert not any(processes.alive(p) for p in record["procs"].values())
-    assert processes.members(set(), f"{MARKER_VAR}={sb.state_dir}".encode()) == []
-    names = subprocess.run(["ip", "netns", "list"], check=False, capture_output=True,
-                           text=True).stdout
-    for ns in record["netns"]:
-        assert ns not in names
-        assert not Path(f"/run/netns/{ns}").exists()
+    assert_nothing_left(sb, record)
     status = sb.status()
     assert not status.up and "down" in str(status)
     assert "not up" in sb.down()
 
 
-def test_loopback_fallback_runs_mpi_across_its_nodes_and_goes_down(tmp_path):
-    """Where namespaces are not permitted: every slurmd on 127.0.0.1, Open MPI over TCP."""
-    require_commands("munged", "slurmctld", "slurmd")
-    shipped = Sandbox.from_profile().site
-    site = dataclasses.replace(shipped, sandbox={
-        **shipped.sandbox, "prefix": "cmrtsbxl", "controller_port": 7817, "slurmd_port": 7818})
-    sb = Sandbox(site, sandbox_settings(site, nodes=2, state_dir=tmp_path / "state"))
-    program = tmp_path / "allreduce.py"
-    program.write_text(ALLREDUCE)
-    assert "loopback mode" in sb.up("loopback")
+def assert_nothing_left(sb: Sandbox, record: dict) -> None:
+    assert not any(processes.alive(p) for p in record["procs"].values())
+    assert processes.members(set(), f"{MARKER_VAR}={sb.state_dir}".encode()) == []
+    assert netns.existing(sb.settings.prefix) == []
+
+
+def test_two_sandboxes_run_side_by_side(sandbox, tmp_path):
+    """Another checkout's sandbox (another state folder) while the session's runs: its own
+    namespaces, and jobs on both."""
+    other = Sandbox.from_profile(nodes=2, state_dir=tmp_path / "other")
+    assert other.settings.prefix != sandbox.settings.prefix
+    other.up()
     try:
-        out = finished(sb, sb.submit(job(f"srun --mpi=pmix {PYTHON} {program}"),
-                                     ["--nodes=2", "--ntasks-per-node=2"]))
-        rows = sorted(line.split() for line in out.splitlines() if line.strip())
-        assert [(r[0], r[1], r[4]) for r in rows] == [(str(i), "4", "10") for i in range(4)]
+        for sb in (other, sandbox):
+            out = finished(sb, submit_text(sb, job("srun hostname"),
+                                           ["--nodes=2", "--ntasks-per-node=1"]))
+            assert sorted(out.split()) == ["node1", "node2"]
+        assert sandbox.status().up and other.status().up
+        record = json.loads((other.state_dir / "sandbox.json").read_text())
+    finally:
+        other.down()
+    assert_nothing_left(other, record)
+    assert sandbox.status().up
+
+
+def test_a_sandbox_killed_without_down_is_cleared_by_the_next_up(tmp_path):
+    """Its daemons killed (as by a restart's end of every process): namespaces stay behind.
+    status names them; the next up clears them and starts."""
+    sb = Sandbox.from_profile(nodes=1, state_dir=tmp_path / "state")
+    sb.up()
+    record = json.loads((sb.state_dir / "sandbox.json").read_text())
+    try:
+        processes.stop(list(record["procs"].values()), grace=0)
+        (sb.state_dir / "sandbox.json").unlink()
+        stale = netns.existing(sb.settings.prefix)
+        assert stale == sorted([sb.settings.netns("head"), sb.settings.netns("node1")])
+        status = sb.status()
+        assert not status.up and "without `down`" in str(status) and stale[0] in str(status)
+        again = sb.up()
+        assert "cleared what a sandbox left" in again and sb.status().up, again
         record = json.loads((sb.state_dir / "sandbox.json").read_text())
     finally:
         sb.down()
-    assert not any(processes.alive(p) for p in record["procs"].values())
-    assert processes.members(set(), f"{MARKER_VAR}={sb.state_dir}".encode()) == []
+    assert_nothing_left(sb, record)
+
+
+def test_cli_status_and_down_work_from_any_folder(sandbox, tmp_path):
+    """No --state: the checkout's sandbox is found from a folder outside the checkout."""
+    status = subprocess.run([PYTHON, "-m", "chainermn_rt", "sandbox", "status"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"state folder {sandbox.state_dir}" in status.stdout
+
+
+def test_cli_submit_reaches_the_sandbox_from_any_folder(sandbox, tmp_path):
+    """`submit --site sandbox` from a user's folder, without sourcing env.sh."""
+    env = {k: v for k, v in sandbox.env().items() if k != "SLURM_CONF"}
+    env["PATH"] = env["PATH"].split(":", 1)[1]  # without the sandbox's wrappers
+    proc = subprocess.run(
+        [PYTHON, "-m", "chainermn_rt", "submit", "--site", "sandbox", "--nodes", "1",
+         "--gpus-per-node", "1", "--time", "2", "--wait", "--", "hostname"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "COMPLETED, exit code 0" in proc.stdout
+    assert next(tmp_path.glob("chainermn-*.out")).read_text().split()[-1] == "node1"
+
+
+def test_binding_bench_runs_the_demo_under_both_bindings(sandbox):
+    proc = subprocess.run([PYTHON, "bench/sandbox_binding.py", "--rounds", "1",
+                           "--iterations", "10"], capture_output=True, text=True, cwd=REPO,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [report] = [o for o in json_objects(proc.stdout) if "runs" in o]
+    assert {k: len(v) for k, v in report["runs"].items()} == {"shared": 1, "spread": 1}
+    assert all(v[0] > 0 for v in report["runs"].values())

@@ -2,32 +2,38 @@
 
 from __future__ import annotations
 
-import dataclasses
+import os
 import subprocess
 
 import pytest
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.jobs import FinalState
 from chainermn_rt.sandbox.config import render_files
-from chainermn_rt.sandbox.records import FinalState, parse_line, read_records, result
-from chainermn_rt.sandbox.settings import sandbox_settings
+from chainermn_rt.sandbox.records import parse_line, read_records, result
+from chainermn_rt.sandbox.settings import STATE_VAR, default_state_dir, sandbox_settings
 from chainermn_rt.site import load_site, resolve_site
 
 from conftest import PYTHON, REPO, require_commands
 
-SITE = load_site(resolve_site("sandbox"))
+SITE_PATH = resolve_site("sandbox")
+SITE = load_site(SITE_PATH)
 
 
 def conf(files: dict[str, str], name: str = "etc/slurm.conf") -> list[str]:
     return [line for line in files[name].splitlines() if line and not line.startswith("#")]
 
 
-def with_sandbox(**fields):
-    return dataclasses.replace(SITE, sandbox={**SITE.sandbox, **fields})
+def with_sandbox(tmp_path, table: str):
+    """The shipped sandbox profile with its [sandbox] table replaced by ``table``."""
+    text = SITE_PATH.read_text()
+    path = tmp_path / "site.toml"
+    path.write_text(text[:text.index("[sandbox]")] + "[sandbox]\n" + table + "\n")
+    return load_site(path)
 
 
 def test_slurm_conf_from_the_profile(tmp_path):
-    files = render_files(SITE, sandbox_settings(SITE, state_dir=tmp_path), "netns")
+    files = render_files(SITE, sandbox_settings(SITE, state_dir=tmp_path))
     lines = conf(files)
     for setting in ("MpiDefault=pmix", "EnforcePartLimits=ALL", "JobCompType=jobcomp/filetxt",
                     "SelectType=select/cons_tres", "GresTypes=gpu", f"TmpFS={tmp_path}/tmp/%n",
@@ -46,27 +52,30 @@ def test_slurm_conf_from_the_profile(tmp_path):
 
 
 def test_node_count_and_subnet_come_from_settings(tmp_path):
-    site = with_sandbox(subnet="172.30.8.0/28")
-    files = render_files(site, sandbox_settings(site, nodes=4, state_dir=tmp_path), "netns")
+    site = with_sandbox(tmp_path, 'subnet = "172.30.8.0/28"')
+    files = render_files(site, sandbox_settings(site, nodes=4, state_dir=tmp_path))
     nodes = [ln.split()[2] for ln in conf(files) if ln.startswith("NodeName=")]
     assert nodes == [f"NodeAddr=172.30.8.{i + 1}" for i in range(1, 5)]
     assert "Nodes=node[1-4] MaxNodes=2" in files["etc/slurm.conf"]  # the partition's own limit
 
 
-def test_loopback_mode_uses_ports_and_tcp_only(tmp_path):
-    files = render_files(SITE, sandbox_settings(SITE, nodes=3, state_dir=tmp_path), "loopback")
-    nodes = [ln for ln in conf(files) if ln.startswith("NodeName=")]
-    assert [ln.split()[1:4] for ln in nodes] == [
-        ["NodeHostname=localhost", "NodeAddr=127.0.0.1", f"Port={6817 + i}"] for i in (1, 2, 3)]
-    assert "SlurmctldHost=localhost(127.0.0.1)" in conf(files)
-    assert "export OMPI_MCA_btl=self,tcp" in files["etc/task_prolog.sh"]
-    assert "etc/hosts" not in files and "nsenter" not in files["bin/sbatch"]
+def test_state_folder_names_the_sandbox_and_never_depends_on_the_current_folder(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv(STATE_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_state_dir() == REPO / "build" / "sandbox"
+    monkeypatch.setenv(STATE_VAR, str(tmp_path / "mine"))
+    assert sandbox_settings(SITE).state_dir == tmp_path / "mine"
+    a, b = (sandbox_settings(SITE, state_dir=tmp_path / n) for n in ("a", "b"))
+    assert a.prefix != b.prefix and a.netns("head") != b.netns("head")
+    assert a.prefix == sandbox_settings(SITE, state_dir=tmp_path / "a").prefix
+    assert render_files(SITE, a)["bin/sbatch"].count(f"/run/netns/{a.netns('head')}") == 1
 
 
 def test_generated_shell_passes_shellcheck(tmp_path):
     require_commands("shellcheck")
     settings = sandbox_settings(SITE, state_dir=tmp_path / "a b")
-    files = render_files(SITE, settings, "netns", 4026531840)
+    files = render_files(SITE, settings, 4026531840)
     for name in ("bin/sbatch", "etc/task_prolog.sh", "env.sh"):
         path = tmp_path / name.replace("/", "_")
         path.write_text(files[name])
@@ -75,22 +84,32 @@ def test_generated_shell_passes_shellcheck(tmp_path):
         assert proc.returncode == 0, f"{name}:\n{proc.stdout}"
 
 
-@pytest.mark.parametrize("fields, nodes, message", [
-    ({"subnet": "8.8.8.0/24"}, None,
-     "sandbox.subnet: '8.8.8.0/24' is not allowed; allowed: a private"),
-    ({"subnet": "10.0.0.0/8"}, None, "sandbox.subnet"),
-    ({"subnet": "10.1.2.3/24"}, None, "sandbox.subnet"),
-    ({"subnet": "10.0.0.0/29"}, None, "sandbox.subnet: '10.0.0.0/29' is not allowed"),
-    ({"prefix": "Bad-Name"}, None, "sandbox.prefix: 'Bad-Name' is not allowed"),
-    ({"nodes": 9}, None, "sandbox.nodes: 9 is not allowed; allowed: 1-8"),
-    ({}, 0, "--nodes: 0 is not allowed; allowed: 1-8"),
-    ({"slurmd_port": 80}, None, "sandbox.slurmd_port: 80 is not allowed; allowed: 1024-65000"),
-    ({"subnett": "10.0.0.0/24"}, None, "sandbox.subnett: unknown field; allowed: subnet,"),
+@pytest.mark.parametrize("table, message", [
+    ('subnet = "8.8.8.0/24"', "sandbox.subnet: '8.8.8.0/24' is not allowed; allowed: a private"),
+    ('subnet = "10.0.0.0/8"', "sandbox.subnet"),
+    ('subnet = "10.1.2.3/24"', "sandbox.subnet"),
+    ('subnet = "10.0.0.0/29"', "sandbox.subnet: '10.0.0.0/29' is not allowed"),
+    ("subnet = 10", "sandbox.subnet: 10 has the wrong type"),
+    ("nodes = 9", "sandbox.nodes: 9 is not allowed; allowed: 1-8"),
+    ("nodes = true", "sandbox.nodes: True has the wrong type; allowed: 1-8"),
+    ('subnett = "10.0.0.0/24"', "sandbox.subnett: unknown field; allowed: nodes, subnet"),
+    ('prefix = "cmrtsbx"', "sandbox.prefix: unknown field"),
 ])
-def test_bad_settings_name_the_field(fields, nodes, message):
+def test_bad_sandbox_table_names_the_file_and_field(tmp_path, table, message):
+    """The [sandbox] table is validated with the rest of the profile, when it is loaded."""
     with pytest.raises(UserError) as err:
-        sandbox_settings(with_sandbox(**fields), nodes=nodes)
-    assert str(err.value).startswith(message)
+        with_sandbox(tmp_path, table)
+    assert str(err.value).startswith(f"{tmp_path / 'site.toml'}: {message}"), err.value
+
+
+def test_node_count_from_the_command_line_is_checked():
+    with pytest.raises(UserError, match=r"^--nodes: 0 is not allowed; allowed: 1-8$"):
+        sandbox_settings(SITE, nodes=0)
+
+
+def test_a_site_without_sandbox_table_is_refused():
+    with pytest.raises(UserError, match=r"^--site: site 'dgx-h100' has no \[sandbox\] table"):
+        sandbox_settings(load_site(resolve_site("dgx-h100")))
 
 
 def test_cli_rejects_bad_node_count_in_one_line():
@@ -99,6 +118,33 @@ def test_cli_rejects_bad_node_count_in_one_line():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "chainermn-rt sandbox: error: --nodes: 9 is not allowed; allowed: 1-8"]
+
+
+def cli(*args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "chainermn_rt", *args], check=False,
+                          capture_output=True, text=True, timeout=60, **kwargs)
+
+
+@pytest.mark.parametrize("args", [["submit", "--site", "sandbox", "--nodes", "1", "--", "true"],
+                                  ["sandbox", "exec", "--", "sinfo"], ["sandbox", "env"]])
+def test_commands_on_a_sandbox_that_is_not_up_say_how_to_start_it(tmp_path, args):
+    proc = cli(*args, cwd=tmp_path, env={**os.environ, STATE_VAR: str(tmp_path / "none")})
+    assert proc.returncode == 3, proc
+    assert proc.stderr.splitlines() == [
+        f"chainermn-rt {args[0]}: error: the sandbox of {SITE_PATH} is not up "
+        f"({tmp_path / 'none'}); start it with `chainermn-rt sandbox up`"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_site_check_live_where_slurm_does_not_answer_is_one_line(tmp_path):
+    require_commands("scontrol")
+    (tmp_path / "slurm.conf").write_text("")  # scontrol refuses it at once
+    proc = cli("site", "check", "dgx-h100", "--live",
+               env={**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")})
+    assert proc.returncode == 3, proc
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("chainermn-rt site: error: scontrol show partition -o failed "
+                                  "(exit 1): scontrol: fatal: Unable to process"), proc.stderr
 
 
 def test_status_of_a_folder_without_sandbox_is_down(tmp_path):
@@ -114,7 +160,7 @@ def test_job_records(tmp_path):
         "JobId=4 UserId=root(0) Name=c JobState=FAILED DerivedExitCode=0:15 ExitCode=3:0\n"
         "JobId=4 UserId=root(0) Name=c JobState=COMPLETED DerivedExitCode=0:0 ExitCode=0:0\n")
     records = read_records(path)
-    assert records[3]["Name"] == "a b" and records[3]["WorkDir"] == "/x y"
-    assert result(records[3]) == FinalState("TIMEOUT", 0)
-    assert result(records[4]) == ("COMPLETED", 0)  # a requeued job: the last record wins
+    assert records["3"]["Name"] == "a b" and records["3"]["WorkDir"] == "/x y"
+    assert result(records["3"]) == FinalState("TIMEOUT", 0)
+    assert result(records["4"]) == ("COMPLETED", 0)  # a requeued job: the last record wins
     assert result(parse_line("JobId=5 JobState=FAILED ExitCode=2:0")) == ("FAILED", 2)

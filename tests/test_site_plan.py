@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import SLOTS_VAR, Request, make_plan
+from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.rank_contract import SLOTS_VAR
 from chainermn_rt.site import load_site, parse_site
 
 from conftest import REPO
@@ -140,7 +141,7 @@ def _cli(*args, cwd=None):
     (["render", "--site", "sandbox", "--nodes", "1", "--env", "NOEQUALS", "--", "x"], "--env"),
     (["render", "--site", "sandbox", "--nodes", "1"], "COMMAND"),
     (["render", "--site", "sandbox", "--nodes", "1", "--bogus", "--", "x"], "--bogus"),
-    (["site", "check", "missing.toml"], "--site"),
+    (["site", "check", "missing.toml"], "FILE"),  # the argument the user gave
 ])
 def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, field):
     out = tmp_path / "job.sh"
@@ -163,3 +164,80 @@ def test_cli_render_writes_an_executable_script(tmp_path):
                str(tmp_path / "other.sh"), "--", "hostname")
     assert dry.returncode == 0 and dry.stdout == out.read_text()
     assert not (tmp_path / "other.sh").exists()
+
+
+def _with_sbatch(tmp_path, site_table="", partition_table=""):
+    """quad-gpu.toml with `sbatch = {...}` at the top level and in its partition."""
+    text = GOOD
+    if site_table:
+        text = text.replace("requeue = true\n", f"requeue = true\nsbatch = {{ {site_table} }}\n")
+    if partition_table:
+        text = text.replace('topology = "quad"\n',
+                            f'topology = "quad"\nsbatch = {{ {partition_table} }}\n', 1)
+    path = tmp_path / "site.toml"
+    path.write_text(text)
+    return load_site(path)
+
+
+def test_sbatch_tables_follow_the_plans_options_and_the_partitions_win(tmp_path):
+    site = _with_sbatch(tmp_path, 'constraint = "ib", exclusive = true, comment = "site"',
+                        'comment = "gpu partition", reservation = "maint"')
+    plan = make_plan(site, Request(nodes=1, command=("x",)))
+    own = [o for o, _ in make_plan(_site("quad-gpu"), Request(nodes=1, command=("x",))).sbatch]
+    assert [o for o, _ in plan.sbatch[:len(own)]] == own
+    assert plan.sbatch[len(own):] == (("constraint", "ib"), ("exclusive", None),
+                                      ("comment", "gpu partition"), ("reservation", "maint"))
+
+
+def test_the_plans_own_options_cannot_be_set_in_a_profile():
+    from chainermn_rt.site import PLAN_SBATCH_OPTIONS
+
+    for name in ("dgx-h100", "quad-gpu", "cpu-cluster"):
+        site = _site(name)
+        plan = make_plan(site, Request(nodes=1, command=("x",), memory="1G", account="a",
+                                       qos="q"))
+        extra = {o for o, _ in site.sbatch + site.partition(None).sbatch}
+        assert {o for o, _ in plan.sbatch} - extra <= set(PLAN_SBATCH_OPTIONS)
+
+
+@pytest.mark.parametrize("site_table, partition_table, message", [
+    ('time = "1:00:00"', "", "sbatch.time: chainermn-rt sets this option; allowed: --time"),
+    ("", "ntasks = \"8\"", "partitions[0].sbatch.ntasks: chainermn-rt sets this option; "
+                           "allowed: --gpus-per-node or --ranks-per-node"),
+    ('output = "x.out"', "", "sbatch.output: chainermn-rt sets this option; allowed: --log"),
+    ('gres = "nvme:1,gpu:4"', "", "sbatch.gres: 'nvme:1,gpu:4' requests GPUs; allowed: other "
+                                  "GRES only"),
+    ('Constraint = "ib"', "", "sbatch.Constraint: not an sbatch option name; allowed: its long "
+                              "name without --"),
+    ('"--constraint" = "ib"', "", "sbatch.--constraint: not an sbatch option name"),
+    ('C = "ib"', "", "sbatch.C: not an sbatch option name"),
+    ("nice = 10", "", "sbatch.nice: 10 has the wrong type; allowed: a non-empty string (quote "
+                      "numbers), or true for an option without a value"),
+    ("", "exclusive = false", "partitions[0].sbatch.exclusive: False is not allowed; allowed: "
+                              "a non-empty string"),
+    ('comment = ""', "", "sbatch.comment: '' is not allowed"),
+    ('comment = "a\\nb"', "", "sbatch.comment: 'a\\nb' contains a control character; "
+                              "allowed: printable text"),
+    ("", 'comment = "tab\\there"', "partitions[0].sbatch.comment: 'tab\\there' contains a "
+                                   "control character"),
+])
+def test_sbatch_table_errors_name_the_field(tmp_path, site_table, partition_table, message):
+    with pytest.raises(UserError) as err:
+        _with_sbatch(tmp_path, site_table, partition_table)
+    assert f"{tmp_path / 'site.toml'}: {message}" in str(err.value)
+
+
+def test_sbatch_must_be_a_table(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text(GOOD.replace("requeue = true\n", "requeue = true\nsbatch = \"exclusive\"\n"))
+    with pytest.raises(UserError, match="sbatch: 'exclusive' has the wrong type; allowed: a "
+                                        "table"):
+        load_site(path)
+
+
+def test_the_job_log_is_named_log():
+    with pytest.raises(UserError, match="--log: 'a\\\\nb' contains a control character"):
+        make_plan(_site("sandbox"), Request(nodes=1, command=("x",), log="a\nb"))
+    proc = _cli("render", "--site", "quad-gpu", "--nodes", "1", "--log", "train-%j.log", "--",
+                "x")
+    assert proc.returncode == 0 and "#SBATCH --output=train-%j.log\n" in proc.stdout

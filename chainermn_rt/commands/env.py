@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
             mpi = "agrees"
         except LauncherMismatch as err:
             mpi, status = f"disagrees: {err}", 1
-    device = choose_device(env.local_rank, env.local_size) if env.local_size else None
+    known = env.local_rank is not None and env.local_size
+    device = choose_device(env.local_rank, env.local_size) if known else None
     visible = os.environ.get(VISIBLE_VAR)
     if args.json:
         line = json.dumps({**asdict(env), "device": device, VISIBLE_VAR: visible, "mpi": mpi})

@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import OUTPUT_PATTERN, Request, make_plan
+from chainermn_rt.plan import LOG_PATTERN, Request, make_plan
 from chainermn_rt.render import render
-from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.site import Site, load_site, resolve_site
 
 
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     a("--python", help="interpreter on the compute nodes for the per-rank step")
     a("--env", action="append", default=[], metavar="KEY=VALUE",
       help="extra environment for every rank (repeatable; overrides the profile)")
-    a("--log", default=OUTPUT_PATTERN, help="the job's output file pattern; default: %(default)s")
+    a("--log", default=LOG_PATTERN, help="the job's log file pattern; default: %(default)s")
     a("--per-rank-logs", action="store_true", help="each rank writes %%x-%%j.rank<N>.out")
     a("--output", "-o", type=Path, help="write the script here (default: print it)")
     a("--dry-run", action="store_true", help="print what would be written; write nothing")
@@ -57,12 +57,13 @@ def request_from(args: argparse.Namespace) -> Request:
         ranks_per_node=args.ranks_per_node, partition=args.partition, time=args.time,
         job_name=args.job_name, image=args.image, runtime=args.runtime, launcher=args.launcher,
         account=args.account, qos=args.qos, memory=args.mem, python=args.python,
-        env=tuple(env), per_rank_logs=args.per_rank_logs, output=args.log)
+        env=tuple(env), per_rank_logs=args.per_rank_logs, log=args.log)
 
 
-def script_from(args: argparse.Namespace) -> str:
-    site = load_site(resolve_site(args.site))
-    return render(make_plan(site, request_from(args)))
+def script_from(args: argparse.Namespace) -> tuple[Site, str]:
+    """The site profile and the rendered script."""
+    site = load_site(resolve_site(args.site), "--site")
+    return site, render(make_plan(site, request_from(args)))
 
 
 def write_script(text: str, path: Path) -> None:
@@ -83,7 +84,7 @@ def write_script(text: str, path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = script_from(args)
+    _, text = script_from(args)
     if args.output is None or args.dry_run:
         sys.stdout.write(text)
         if args.output is not None:

@@ -11,58 +11,49 @@ import argparse
 import os
 import sys
 
-from chainermn_rt.sandbox import Sandbox, SandboxError
-from chainermn_rt.sandbox.settings import MAX_NODES
+from chainermn_rt.errors import EnvironmentProblem, UserError
+from chainermn_rt.sandbox import Sandbox
+from chainermn_rt.sandbox.settings import STATE_VAR
+from chainermn_rt.site import SANDBOX_MAX_NODES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["up", "down", "status", "exec", "env"],
-                        help="up, down, status; exec -- CMD runs a client command on the "
-                             "sandbox; env prints the lines to source for client commands")
+                        help="up, down, status (exit 3 when not up); exec -- CMD runs a client "
+                             "command on the sandbox; env prints the lines to source for them")
     parser.add_argument("argv", nargs="*", help="exec: the command, after --")
     parser.add_argument("--site", default="sandbox",
                         help="the sandbox's site profile (default: the shipped 'sandbox')")
     parser.add_argument("--state", default=None,
-                        help="state folder (default: the profile's sandbox.state_dir, "
-                             "build/sandbox)")
+                        help=f"state folder (default: ${STATE_VAR}, else the checkout's "
+                             "build/sandbox); it names the sandbox: one per folder")
     parser.add_argument("--nodes", type=int, default=None,
-                        help=f"compute nodes, 1-{MAX_NODES} (default: the profile's)")
-    parser.add_argument("--mode", default="auto", choices=["auto", "netns", "loopback"],
-                        help="auto: network namespaces where permitted, else loopback")
+                        help=f"compute nodes, 1-{SANDBOX_MAX_NODES} (default: the profile's)")
 
 
 def run(args: argparse.Namespace) -> int:
     sandbox = Sandbox.from_profile(args.site, nodes=args.nodes, state_dir=args.state)
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if args.action != "exec" and argv:
-        print(f"chainermn-rt sandbox: error: {args.action} takes no command", file=sys.stderr)
-        return 2
-    try:
-        if args.action == "up":
-            print(sandbox.up(args.mode))
-        elif args.action == "down":
-            print(sandbox.down())
-        elif args.action == "status":
-            status = sandbox.status()
-            print(status)
-            return 0 if status.up else 3
-        elif args.action == "env":
-            print((sandbox.state_dir / "env.sh").read_text(), end="")
-        else:
-            if not argv:
-                print("chainermn-rt sandbox: error: exec needs a command after --", file=sys.stderr)
-                return 2
-            if not sandbox.status().up:
-                print("chainermn-rt sandbox: error: the sandbox is not up "
-                      "(chainermn-rt sandbox up)", file=sys.stderr)
-                return 3
-            full = sandbox.command(argv)
-            os.execvpe(full[0], full, sandbox.env())
-    except SandboxError as err:
-        print(f"chainermn-rt sandbox {args.action}: {err}", file=sys.stderr)
-        return 1
-    except FileNotFoundError as err:
-        print(f"chainermn-rt sandbox {args.action}: {err.filename}: not found "
-              "(is the sandbox up?)", file=sys.stderr)
-        return 3
+        raise UserError(f"{args.action}: takes no command; allowed: exec -- COMMAND")
+    if args.action == "up":
+        print(sandbox.up())
+    elif args.action == "down":
+        print(sandbox.down())
+    elif args.action == "status":
+        status = sandbox.status()
+        print(status)
+        return 0 if status.up else EnvironmentProblem.exit_status
+    elif args.action == "env":
+        sandbox.client()
+        print((sandbox.state_dir / "env.sh").read_text(), end="")
+    else:
+        if not argv:
+            raise UserError("exec: missing command; allowed: exec -- COMMAND [ARGS...]")
+        sandbox.client()
+        sys.stdout.flush()
+        try:
+            os.execvpe(argv[0], argv, sandbox.env())
+        except OSError as err:
+            raise UserError(f"exec: cannot run {argv[0]!r}: {err.strerror}") from None
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from chainermn_rt.errors import UserError
 from chainermn_rt.site import load_site, resolve_site
 
 
@@ -16,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    site = load_site(resolve_site(args.file))
+    site = load_site(resolve_site(args.file), "FILE")
     parts = ", ".join(f"{p.name} ({p.nodes} nodes x {len(p.topology.slots)} slots, "
                       f"{p.topology.gpus} GPUs)" for p in site.partitions)
     print(f"{site.path}: ok: site {site.name!r}, launcher {site.launcher}, "
@@ -24,12 +23,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.live:
         return 0
     from chainermn_rt.live import compare
+    from chainermn_rt.sandbox import slurm_for
 
-    try:
-        differences = compare(site)
-    except FileNotFoundError as err:
-        raise UserError(f"--live: {err.filename} not found; allowed: run it where Slurm's "
-                        "client commands reach the cluster") from None
+    differences = compare(site, slurm_for(site))
     for line in differences:
         print(f"differs: {line}")
     print("live: matches the cluster" if not differences

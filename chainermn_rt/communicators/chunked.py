@@ -7,9 +7,9 @@ streams all gradients through chunks of ``chunk_bytes`` (``bench/allreduce.py``
 sweeps the size) and scales each chunk while it is in cache, by one of two
 exchanges:
 
-- ``SharedSlots`` (``shared_slots.py``) when all ranks share one node's memory
+- ``SharedWindow`` (``shared_window.py``) when all ranks share one node's memory
   and there are at most ``SHARED_MAX_RANKS`` of them: copies into two
-  persistent shared-memory slots per rank, no MPI messages;
+  persistent shared-memory buffers per rank, no MPI messages;
 - ``MpiChunks`` (``mpi_chunks.py``) otherwise: in-place chunked ``Allreduce``
   plus a staging buffer for small arrays.
 
@@ -32,11 +32,11 @@ from chainermn.communicators import _memory_utility, mpi_communicator_base
 from mpi4py import MPI
 
 from chainermn_rt.communicators.mpi_chunks import MpiChunks
-from chainermn_rt.communicators.shared_slots import SharedSlots
+from chainermn_rt.communicators.shared_window import SharedWindow
 
 # Fastest chunk size measured on the reference machine (bench/RESULTS.md).
 DEFAULT_CHUNK_BYTES = 1 << 18
-# Above this many ranks, each reading every other rank's slot costs more
+# Above this many ranks, each reading every other rank's buffer costs more
 # memory traffic than MPI's logarithmic or ring algorithms (reasoned from the
 # traffic, not measured: the reference machine has two cores).
 SHARED_MAX_RANKS = 4
@@ -74,7 +74,7 @@ class ChunkedCommunicator(mpi_communicator_base.MpiCommunicatorBase):
         node = self.mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
         if node.size == size:
             try:
-                return SharedSlots(node, self.chunk_bytes)
+                return SharedWindow(node, self.chunk_bytes)
             except MPI.Exception:  # an MPI without shared-memory windows: same on all ranks
                 if shared_memory:
                     raise

@@ -3,7 +3,7 @@
 >>> from chainermn_rt.site import load_site, resolve_site
 >>> from chainermn_rt.sandbox.settings import sandbox_settings
 >>> site = load_site(resolve_site("sandbox"))
->>> files = render_files(site, sandbox_settings(site, state_dir="/s"), "netns")
+>>> files = render_files(site, sandbox_settings(site, state_dir="/s"))
 >>> node2 = next(l for l in files["etc/slurm.conf"].splitlines() if l.startswith("NodeName=node2"))
 >>> node2.split()[1:5]
 ['NodeHostname=node2', 'NodeAddr=10.213.0.3', 'CPUs=4', 'RealMemory=2048']
@@ -16,14 +16,15 @@ import shutil
 
 import jinja2
 
+from chainermn_rt.sandbox import netns
 from chainermn_rt.sandbox.settings import SandboxSettings
 from chainermn_rt.site import Site, data_dir
 
-MODES = ("netns", "loopback")
-HEAD = "head"
 # Client commands get a wrapper in STATE/bin that finds the sandbox's controller.
 CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scontrol", "sinfo", "scancel", "sacct")
 DEFAULT_MEMORY_MB = 1024
+# Each daemon has a network namespace of its own: Slurm's default ports never collide.
+CONTROLLER_PORT, SLURMD_PORT = 6817, 6818
 
 
 def node_list(names: list[str]) -> str:
@@ -34,63 +35,47 @@ def node_list(names: list[str]) -> str:
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir() / "sandbox")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
     return env
 
 
-def task_exports(settings: SandboxSettings, mode: str) -> dict[str, str]:
+def task_exports(settings: SandboxSettings) -> dict[str, str]:
     """Variables every task gets: Open MPI stays on the sandbox's network."""
-    if mode == "netns":
-        return {"OMPI_MCA_btl_tcp_if_include": str(settings.subnet),
-                "OMPI_MCA_oob_tcp_if_include": str(settings.subnet)}
-    # Loopback: every "node" has the same hostname, so shared memory between ranks collides.
-    return {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
-            "OMPI_MCA_oob_tcp_if_include": "lo"}
+    return {"OMPI_MCA_btl_tcp_if_include": str(settings.subnet),
+            "OMPI_MCA_oob_tcp_if_include": str(settings.subnet)}
 
 
-def render_files(site: Site, settings: SandboxSettings, mode: str,
+def render_files(site: Site, settings: SandboxSettings,
                  host_netns_inode: int = 0) -> dict[str, str]:
     """Every generated file, keyed by its path relative to the state folder."""
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r}; allowed: {', '.join(MODES)}")
-    state = str(settings.state_dir)
-    netns = mode == "netns"
     names = settings.node_names()
-    nodes = [{"name": n,
-              "hostname": n if netns else "localhost",
-              "addr": str(settings.node_address(i)) if netns else "127.0.0.1",
-              "port": None if netns else settings.slurmd_port + i - 1}
+    nodes = [{"name": n, "addr": str(settings.node_address(i))}
              for i, n in enumerate(names, start=1)]
     gpus = max(p.topology.gpus for p in site.partitions)
     gpu_type = next((p.gpu_type for p in site.partitions if p.gpu_type), None)
     gres = (f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}") if gpus else ""
     default = site.partition(None).name
     partitions = [{"name": p.name, "nodes": node_list(names),
-                   "max_nodes": min(p.nodes, settings.nodes) if p.nodes else settings.nodes,
+                   "max_nodes": min(p.nodes, settings.nodes),
                    "max_time": p.max_time, "default": "YES" if p.name == default else "NO"}
                   for p in site.partitions]
     memory = [p.memory_mb for p in site.partitions if p.memory_mb]
     values = {
-        "site_path": str(site.path), "mode": mode, "cluster": site.name, "state": state,
-        "controller_host": HEAD if netns else "localhost",
-        "controller_addr": str(settings.head_address()) if netns else "127.0.0.1",
-        "controller_port": settings.controller_port, "slurmd_port": settings.slurmd_port,
+        "site_path": str(site.path), "cluster": site.name, "state": str(settings.state_dir),
+        "controller_port": CONTROLLER_PORT, "slurmd_port": SLURMD_PORT,
         "nodes": nodes, "cpus": max(p.cpus_per_node for p in site.partitions),
         "memory_mb": max(memory) if memory else DEFAULT_MEMORY_MB, "gres": gres,
         "gpus": gpus, "gpu_type": gpu_type, "partitions": partitions,
-        "head_addr": str(settings.head_address()), "head_name": HEAD,
-        "exports": task_exports(settings, mode),
+        "head_addr": str(settings.head_address()), "head_name": netns.HEAD,
+        "exports": task_exports(settings),
     }
     env = _env()
     files = {f"etc/{name}": env.get_template(f"{name}.j2").render(values)
-             for name in ("slurm.conf", "gres.conf", "cgroup.conf", "task_prolog.sh")}
-    if netns:
-        files["etc/hosts"] = env.get_template("hosts.j2").render(values)
+             for name in ("slurm.conf", "gres.conf", "cgroup.conf", "task_prolog.sh", "hosts")}
     files["env.sh"] = env.get_template("env.sh.j2").render(values)
     for command in CLIENTS:
         path = shutil.which(command, path="/usr/bin:/usr/local/bin:/bin") or f"/usr/bin/{command}"
         files[f"bin/{command}"] = env.get_template("client.sh.j2").render(
             values, command=command, path=path,
-            netns=f"/run/netns/{settings.netns(HEAD)}" if netns else "",
-            host_netns_inode=host_netns_inode)
+            netns=str(netns.path(settings.netns(netns.HEAD))), host_netns_inode=host_netns_inode)
     return files

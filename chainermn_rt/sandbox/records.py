@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from chainermn_rt.jobs import FinalState
+from chainermn_rt.jobs import FinalState, final_state
 
 _SPLIT = re.compile(r" (?=[A-Za-z]+=)")
 
@@ -26,7 +26,7 @@ def parse_line(line: str) -> dict[str, str]:
     return record
 
 
-def read_records(path: Path) -> dict[int, dict[str, str]]:
+def read_records(path: Path) -> dict[str, dict[str, str]]:
     """Job id -> its record; a later line for the same id (a requeued job) wins."""
     try:
         text = path.read_text(errors="replace")
@@ -36,12 +36,11 @@ def read_records(path: Path) -> dict[int, dict[str, str]]:
     for line in text.splitlines():
         rec = parse_line(line) if line.startswith("JobId=") else {}
         if rec.get("JobId", "").isdigit():
-            records[int(rec["JobId"])] = rec
+            records[rec["JobId"]] = rec
     return records
 
 
-def result(record: dict[str, str]) -> FinalState:
-    """Exit code of the batch script (the number before ``:``; after it is the signal)."""
-    code = record.get("ExitCode", "0:0").partition(":")[0]
-    return FinalState(state=record["JobState"].split()[0],
-                     exit_code=int(code) if code.isdigit() else -1)
+def result(record: dict[str, str]) -> FinalState | None:
+    """The record's final state and the batch script's exit code (None for a state that is
+    not final, such as a requeued run's)."""
+    return final_state(record.get("JobState", ""), record.get("ExitCode", "0:0"))

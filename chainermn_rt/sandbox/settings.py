@@ -1,42 +1,56 @@
-"""The ``[sandbox]`` table of a site profile: where and how the local Slurm sandbox runs.
+"""Where a sandbox lives and what it is called: everything follows from its state folder.
 
-Example (slurm/sites/sandbox.toml)::
-
-    [sandbox]
-    subnet = "10.213.0.0/24"     # the bridge and node addresses; they exist only in its namespaces
-    prefix = "cmrtsbx"           # network namespaces: cmrtsbx-head, cmrtsbx-node1, ...
-    state_dir = "build/sandbox"  # relative to the current directory
-    nodes = 2                    # default: the largest partition's node count; 1-8
+The folder is ``--state``, else ``$CHAINERMN_RT_SANDBOX``, else the checkout's ``build/sandbox``
+(or ``~/.local/state/chainermn-rt/sandbox`` for an installed wheel): never the current
+directory. Its network namespaces are named after a hash of the folder, so two checkouts run
+two sandboxes side by side; addresses and ports exist only inside each sandbox's namespaces
+and never collide.
 
 >>> from chainermn_rt.site import load_site, resolve_site
->>> s = sandbox_settings(load_site(resolve_site("sandbox")))
+>>> s = sandbox_settings(load_site(resolve_site("sandbox")), state_dir="/tmp/sbx")
 >>> s.nodes, str(s.node_address(1)), s.netns("node1")
-(2, '10.213.0.2', 'cmrtsbx-node1')
+(2, '10.213.0.2', 'cmrtfb0cbd-node1')
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
-import re
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.site import Site
+from chainermn_rt.site import SANDBOX_MAX_NODES, Site, data_dir
 
-MAX_NODES = 8
-PREFIX = re.compile(r"[a-z][a-z0-9]{1,9}\Z")
-FIELDS = ("subnet", "prefix", "state_dir", "nodes", "controller_port", "slurmd_port")
+STATE_VAR = "CHAINERMN_RT_SANDBOX"
+
+
+def default_state_dir() -> Path:
+    """The state folder when none is given (see the module's docstring)."""
+    if os.environ.get(STATE_VAR):
+        return Path(os.environ[STATE_VAR]).absolute()
+    checkout = data_dir().parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / "build" / "sandbox"
+    state_home = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state_home) / "chainermn-rt" / "sandbox"
+
+
+def prefix_for(state_dir: Path) -> str:
+    """``cmrt`` and 6 hex digits of the folder's path: the names of its namespaces."""
+    return "cmrt" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:6]
 
 
 @dataclass(frozen=True)
 class SandboxSettings:
     subnet: ipaddress.IPv4Network
-    prefix: str
     state_dir: Path
     nodes: int
-    controller_port: int = 6817
-    slurmd_port: int = 6818
+
+    @property
+    def prefix(self) -> str:
+        return prefix_for(self.state_dir)
 
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
@@ -55,41 +69,13 @@ class SandboxSettings:
 
 def sandbox_settings(site: Site, nodes: int | None = None,
                      state_dir: str | Path | None = None) -> SandboxSettings:
-    """Validate ``site.sandbox``; ``nodes``/``state_dir`` (from the CLI) override the profile."""
-    raw = dict(site.sandbox)
-    unknown = sorted(set(raw) - set(FIELDS))
-    if unknown:
-        raise UserError(f"sandbox.{unknown[0]}: unknown field; allowed: {', '.join(FIELDS)}")
-    subnet = _subnet(raw.get("subnet", "10.213.0.0/24"))
-    prefix = raw.get("prefix", "cmrtsbx")
-    if not isinstance(prefix, str) or not PREFIX.match(prefix):
-        raise UserError(f"sandbox.prefix: {prefix!r} is not allowed; allowed: 2-10 lower-case "
-                        "letters and digits, starting with a letter")
-    default_nodes = max(p.nodes for p in site.partitions)
-    where = "--nodes" if nodes is not None else "sandbox.nodes"
-    count = nodes if nodes is not None else raw.get("nodes", default_nodes)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES:
-        raise UserError(f"{where}: {count!r} is not allowed; allowed: 1-{MAX_NODES}")
-    folder = state_dir if state_dir is not None else raw.get("state_dir", "build/sandbox")
-    if not isinstance(folder, (str, Path)) or not str(folder):
-        raise UserError(f"sandbox.state_dir: {folder!r} is not allowed; allowed: a folder path")
-    ports = {}
-    for key, default in (("controller_port", 6817), ("slurmd_port", 6818)):
-        port = raw.get(key, default)
-        if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65000:
-            raise UserError(f"sandbox.{key}: {port!r} is not allowed; allowed: 1024-65000")
-        ports[key] = port
-    return SandboxSettings(subnet=subnet, prefix=prefix, state_dir=Path(folder).absolute(),
-                           nodes=count, **ports)
-
-
-def _subnet(text: object) -> ipaddress.IPv4Network:
-    """A /28 at least: 14 addresses hold the head and the most nodes (8)."""
-    allowed = "a private IPv4 network from /16 to /28, e.g. \"10.213.0.0/24\""
-    try:
-        net = ipaddress.IPv4Network(text, strict=True) if isinstance(text, str) else None
-    except ValueError:
-        net = None
-    if net is None or not net.is_private or not 16 <= net.prefixlen <= 28 or net.is_loopback:
-        raise UserError(f"sandbox.subnet: {text!r} is not allowed; allowed: {allowed}")
-    return net
+    """The settings of ``site``'s sandbox; ``nodes`` and ``state_dir`` (CLI) override it."""
+    if site.sandbox is None:
+        raise UserError(f"--site: site {site.name!r} has no [sandbox] table; allowed: a sandbox "
+                        "profile such as 'sandbox'")
+    if nodes is not None and not 1 <= nodes <= SANDBOX_MAX_NODES:
+        raise UserError(f"--nodes: {nodes!r} is not allowed; allowed: 1-{SANDBOX_MAX_NODES}")
+    count = nodes or site.sandbox.nodes or max(p.nodes for p in site.partitions)
+    folder = Path(state_dir).absolute() if state_dir is not None else default_state_dir()
+    return SandboxSettings(subnet=site.sandbox.subnet, state_dir=folder,
+                           nodes=min(count, SANDBOX_MAX_NODES))

@@ -14,6 +14,8 @@
 #SBATCH --output=%x-%j.out
 #SBATCH --signal=USR2@120
 #SBATCH --requeue
+#SBATCH --constraint=ndr
+#SBATCH --exclusive
 set -euo pipefail
 
 export OMPI_MCA_pml=ucx

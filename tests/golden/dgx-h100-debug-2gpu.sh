@@ -14,6 +14,7 @@
 #SBATCH --output=%x-%j.out
 #SBATCH --signal=USR2@120
 #SBATCH --requeue
+#SBATCH --constraint=ndr
 set -euo pipefail
 
 export OMPI_MCA_pml=ucx

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from chainermn_rt.communicators import create_communicator
 from chainermn_rt.communicators.chunked import ChunkedCommunicator
 from chainermn_rt.communicators.mpi_chunks import MpiChunks
-from chainermn_rt.communicators.shared_slots import SharedSlots
+from chainermn_rt.communicators.shared_window import SharedWindow
 
 comm = MPI.COMM_WORLD
 rng = numpy.random.default_rng(1234 + comm.rank)
@@ -62,7 +62,7 @@ SHAPES = [(), (0,), (1,), (15,), (16,), (17,), (3, 5, 7), (25,), (26,), (1023,),
           (1025,), (64, 3, 3, 3), (2047, 3), (8191,), (8192,), (8193,), (16383,), (16384,),
           (16385,), (129, 131)]
 CHUNKS = [64, 100, 4096, 1 << 16]
-EXCHANGES = [True, False]  # SharedSlots, MpiChunks
+EXCHANGES = [True, False]  # SharedWindow, MpiChunks
 cases = 0
 checksum = 0.0
 for dtype in (numpy.float32, numpy.float64, numpy.float16):
@@ -116,12 +116,12 @@ for bad in (numpy.arange(4, dtype=numpy.int32),):
         raise AssertionError("int32 accepted")
 
 # auto: two ranks of one node share memory
-assert isinstance(ChunkedCommunicator(comm).exchange, SharedSlots)
+assert isinstance(ChunkedCommunicator(comm).exchange, SharedWindow)
 assert isinstance(ChunkedCommunicator(comm, shared_memory=False).exchange, MpiChunks)
 # split keeps the chunk size and a forced exchange
 forced = ChunkedCommunicator(comm, chunk_bytes=4096, shared_memory=False).split(0, comm.rank)
 assert (forced.chunk_bytes, type(forced.exchange)) == (4096, MpiChunks)
-assert isinstance(ChunkedCommunicator(comm).split(0, comm.rank).exchange, SharedSlots)
+assert isinstance(ChunkedCommunicator(comm).split(0, comm.rank).exchange, SharedWindow)
 
 # by name: ours, chainermn's registry (the patched chainer's entry point), auto on CPU
 ours = create_communicator("chunked", chunk_bytes=4096)

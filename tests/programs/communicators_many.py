@@ -3,7 +3,7 @@
 With more than two ranks the order of a sum may differ from ``naive``'s, so this
 checks that all ranks end with identical bits, close to the mean computed in
 float64, with each exchange. Rank 0 prints one JSON line:
-{"ranks": N, "auto": "SharedSlots" | "MpiChunks", "cases": n}; a failure exits 1.
+{"ranks": N, "auto": "SharedWindow" | "MpiChunks", "cases": n}; a failure exits 1.
 """
 
 from __future__ import annotations

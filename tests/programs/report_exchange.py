@@ -1,5 +1,5 @@
 """Each rank prints {"rank", "host", "exchange", "mean"}: which exchange ``chunked`` chose
-(where all ranks share a node: SharedSlots, else MpiChunks) and the mean of ``rank + 1``."""
+(where all ranks share a node: SharedWindow, else MpiChunks) and the mean of ``rank + 1``."""
 
 from __future__ import annotations
 

@@ -1,23 +1,23 @@
 """Averaging among the ranks of one node through shared memory, without MPI messages.
 
-Each rank owns two chunk-sized slots in an MPI-3 shared window. Per chunk, every
-rank copies its next piece of gradient into its slot (which also brings that
+Each rank owns two chunk-sized buffers in an MPI-3 shared window. Per chunk, every
+rank copies its next piece of gradient into its buffer (which also brings that
 piece of its own gradient into cache), all ranks meet at a barrier, and each
-rank writes ``(slot_0 + slot_1 + ...) * scale`` back into its gradient, adding
-the slots in rank order. Large arrays go through whole chunks of their own;
+rank writes ``(buffer_0 + buffer_1 + ...) * scale`` back into its gradient, adding
+the buffers in rank order. Large arrays go through whole chunks of their own;
 their tails and the small arrays are gathered into shared chunks.
 
 Every rank computes the same numbers from the same inputs in the same order:
 results are identical on all ranks, and with two ranks equal to a sum made by
-MPI (``a + b == b + a``). The two slots alternate, so one barrier per chunk
-suffices: a rank overwrites a slot only after every rank has passed the barrier
+MPI (``a + b == b + a``). The two buffers alternate, so one barrier per chunk
+suffices: a rank overwrites a buffer only after every rank has passed the barrier
 that follows its last read of it.
 
 Example (every rank of a one-node communicator)::
 
-    slots = SharedSlots(node_comm, chunk_bytes=1 << 18)
-    slots.mean(numpy.dtype("float32"), [grad.reshape(-1) for grad in grads], 0.5)
-    slots.free()                                 # collective, like creating it
+    window = SharedWindow(node_comm, chunk_bytes=1 << 18)
+    window.mean(numpy.dtype("float32"), [grad.reshape(-1) for grad in grads], 0.5)
+    window.free()                                 # collective, like creating it
 """
 
 from __future__ import annotations
@@ -26,21 +26,22 @@ import numpy
 from mpi4py import MPI
 
 
-class SharedSlots:
-    """Two chunk-sized shared-memory slots per rank of ``node_comm`` (see the module docstring)."""
+class SharedWindow:
+    """Two chunk-sized buffers per rank of ``node_comm`` in one shared window (see the module
+    docstring)."""
 
     def __init__(self, node_comm, chunk_bytes: int):
         self.comm = node_comm
         self.chunk_bytes = chunk_bytes
-        self.slot_bytes = -(-chunk_bytes // 64) * 64  # each slot cache-line aligned
+        self.buffer_bytes = -(-chunk_bytes // 64) * 64  # each buffer cache-line aligned
         info = MPI.Info.Create()
-        info.Set("alloc_shared_noncontig", "true")  # each rank's slots page-aligned, near it
-        self.win = MPI.Win.Allocate_shared(2 * self.slot_bytes, 1, info=info, comm=node_comm)
+        info.Set("alloc_shared_noncontig", "true")  # each rank's buffers page-aligned, near it
+        self.win = MPI.Win.Allocate_shared(2 * self.buffer_bytes, 1, info=info, comm=node_comm)
         info.Free()
         self.win.Lock_all()  # one passive epoch for the window's life; Sync() orders accesses
         self.memory = [numpy.frombuffer(self.win.Shared_query(r)[0], numpy.uint8)
                        for r in range(node_comm.size)]
-        self.turn = 0  # which of the two slots the next chunk uses
+        self.turn = 0  # which of the two buffers the next chunk uses
         self._scratch: dict[numpy.dtype, numpy.ndarray] = {}  # a batch's sum, per dtype
 
     def free(self) -> None:
@@ -56,10 +57,10 @@ class SharedSlots:
         ``transport`` is the dtype summed in (float16 arrays are summed as float32,
         cast back, then scaled in float16, as ChainerMN's ``naive`` does).
         """
-        slots = self.views(transport)
-        step = slots[0][0].size
+        buffers = self.views(transport)
+        step = buffers[0][0].size
         me, factor = self.comm.rank, transport.type(scale)
-        batch: list[tuple[numpy.ndarray, int]] = []  # (piece of a gradient, offset in slot)
+        batch: list[tuple[numpy.ndarray, int]] = []  # (piece of a gradient, offset in buffer)
         used = 0
         for flat in flats:
             start = 0
@@ -67,7 +68,7 @@ class SharedSlots:
                 while flat.size - start >= step:
                     piece = flat[start:start + step]
                     start += step
-                    parts = slots[self.turn]
+                    parts = buffers[self.turn]
                     parts[me][:] = piece
                     self.barrier()
                     self._mean_chunk(piece, parts, factor)
@@ -77,19 +78,19 @@ class SharedSlots:
                 batch.append((piece, used))
                 used += piece.size
                 if used == step:
-                    self._mean_batch(slots[self.turn], batch, used, scale)
+                    self._mean_batch(buffers[self.turn], batch, used, scale)
                     batch, used = [], 0
         if batch:
-            self._mean_batch(slots[self.turn], batch, used, scale)
+            self._mean_batch(buffers[self.turn], batch, used, scale)
 
     def views(self, transport: numpy.dtype) -> list[list[numpy.ndarray]]:
-        """``views(dtype)[turn][rank]``: that rank's slot for that turn, one chunk of ``dtype``."""
+        """``views(dtype)[turn][rank]``: that rank's buffer for that turn, a chunk of ``dtype``."""
         size = self.chunk_bytes // transport.itemsize * transport.itemsize
-        return [[m[turn * self.slot_bytes:][:size].view(transport) for m in self.memory]
+        return [[m[turn * self.buffer_bytes:][:size].view(transport) for m in self.memory]
                 for turn in (0, 1)]
 
     def barrier(self) -> None:
-        """All ranks have filled this turn's slots; switch turns."""
+        """All ranks have filled this turn's buffers; switch turns."""
         self.win.Sync()
         self.comm.Barrier()
         self.win.Sync()
@@ -109,7 +110,7 @@ class SharedSlots:
         numpy.multiply(piece, factor, out=piece)
 
     def _mean_batch(self, parts, batch, used: int, scale: float) -> None:
-        """Pieces of several arrays: one slot's worth, summed once, scaled while copied out."""
+        """Pieces of several arrays: one buffer's worth, summed once, scaled while copied out."""
         me = self.comm.rank
         for piece, offset in batch:
             parts[me][offset:offset + piece.size] = piece

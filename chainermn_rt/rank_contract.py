@@ -1,0 +1,100 @@
+"""What a job script hands its per-rank step: the variables' names and the slot table's format.
+
+The Plan writes the node's slot table into the script with :func:`dump_slots`;
+``chainermn-rt rank`` reads it back with :func:`load_slots`. Both sides use only this module.
+
+>>> text = dump_slots([Slot(gpu=0, numa=0, cpus="0-3", hcas=("mlx5_0:1",))])
+>>> text
+'[{"gpu":0,"numa":0,"cpus":"0-3","hcas":["mlx5_0:1"]}]'
+>>> load_slots(text)[0].cpu_ids
+[0, 1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from chainermn_rt.errors import UserError
+
+# The node's slot table (JSON), written into the script by the Plan.
+SLOTS_VAR = "CHAINERMN_RT_SLOTS"
+# A file pattern: each rank's output goes there (``--per-rank-logs`` sets it).
+RANK_LOG_VAR = "CHAINERMN_RT_RANK_LOG"
+RANK_LOG_PATTERN = "%x-%j.rank%r.out"
+# "1": each rank prints one line saying where it runs.
+VERBOSE_VAR = "CHAINERMN_RT_VERBOSE"
+
+CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
+CPU_LIST_ALLOWED = "a CPU list such as \"0-13,56-69\""
+HCA = re.compile(r"[A-Za-z0-9_.-]+:\d+\Z")
+HCA_ALLOWED = "an HCA with its port, e.g. \"mlx5_0:1\""
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``"0-3,8"`` -> ``[0, 1, 2, 3, 8]``; ValueError for anything else."""
+    if not isinstance(text, str) or not CPU_LIST.match(text):
+        raise ValueError(f"{text!r} is not a CPU list; allowed: {CPU_LIST_ALLOWED}")
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one rank of a node runs: its GPU (None on CPU nodes), NUMA node, CPUs and HCAs."""
+
+    gpu: int | None
+    numa: int
+    cpus: str  # a CPU list, as written in the profile
+    hcas: tuple[str, ...] = ()
+
+    @property
+    def cpu_ids(self) -> list[int]:
+        return parse_cpu_list(self.cpus)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "numa": self.numa, "cpus": self.cpus, "hcas": list(self.hcas)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Slot:
+        """The inverse of :meth:`to_json`; ValueError naming the first bad key."""
+        keys = ("gpu", "numa", "cpus", "hcas")
+        if not isinstance(data, dict) or set(data) != set(keys):
+            raise ValueError(f"{data!r}: allowed: an object with the keys {', '.join(keys)}")
+        gpu, numa, cpus, hcas = (data[k] for k in keys)
+        if gpu is not None and not _index(gpu):
+            raise ValueError(f"gpu: {gpu!r}; allowed: null or an integer >= 0")
+        if not _index(numa):
+            raise ValueError(f"numa: {numa!r}; allowed: an integer >= 0")
+        parse_cpu_list(cpus)
+        if not isinstance(hcas, list) or not all(isinstance(h, str) and HCA.match(h)
+                                                 for h in hcas):
+            raise ValueError(f"hcas: {hcas!r}; allowed: a list of {HCA_ALLOWED}")
+        return cls(gpu=gpu, numa=numa, cpus=cpus, hcas=tuple(hcas))
+
+
+def _index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def dump_slots(slots: Iterable[Slot]) -> str:
+    """The value of ``CHAINERMN_RT_SLOTS``: compact JSON, one object per slot."""
+    return json.dumps([s.to_json() for s in slots], separators=(",", ":"))
+
+
+def load_slots(text: str) -> tuple[Slot, ...]:
+    """Read ``CHAINERMN_RT_SLOTS``; a bad value is a UserError naming the variable."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, list):
+            raise ValueError("not a list")
+        return tuple(Slot.from_json(item) for item in data)
+    except ValueError as err:  # json.JSONDecodeError is a ValueError
+        raise UserError(f"{SLOTS_VAR}: {err}; allowed: the JSON list of slots that "
+                        "chainermn-rt render writes") from None

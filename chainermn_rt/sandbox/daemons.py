@@ -1,0 +1,96 @@
+"""The sandbox's daemons: munged, slurmctld in the head namespace, one slurmd per node namespace.
+
+Each runs in the foreground in a session of its own (``processes.spawn``), its output in
+``STATE/log/NAME.out``, and is recorded before the next starts, so ``down`` can stop what a
+failed start left.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+
+from chainermn_rt.jobs import Slurm
+from chainermn_rt.sandbox import netns, processes
+from chainermn_rt.sandbox.settings import SandboxSettings
+
+MARKER_VAR = "CHAINERMN_RT_SANDBOX_DAEMON"  # in the daemons' environment: finds their leftovers
+START_TIMEOUT = 60.0
+MOUNT_HOSTS = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
+TOOLS = ("munged", "slurmctld", "slurmd", "ip", "nsenter", "unshare")
+
+
+class StartError(RuntimeError):
+    """A daemon exited or did not become ready in time; one line saying which and where."""
+
+
+def start_all(s: SandboxSettings, slurm: Slurm, procs: dict[str, dict],
+              save: Callable[[], None]) -> None:
+    """Start munged, slurmctld and every slurmd into ``procs`` (saved after each start), then
+    wait until every node is idle."""
+    state = s.state_dir
+    env = {**slurm.env, MARKER_VAR: str(state)}
+    conf = str(state / "etc" / "slurm.conf")
+
+    def start(name: str, argv: list[str]) -> None:
+        procs[name] = processes.spawn(argv, state / "log" / f"{name}.out", env)
+        save()
+
+    def wait_for(ready: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not ready():
+            dead = [n for n, p in procs.items() if not processes.alive(p)]
+            if dead or time.monotonic() > deadline:
+                why = f"{', '.join(dead)} exited" if dead else f"{START_TIMEOUT:.0f} s passed"
+                raise StartError(f"sandbox did not start: waiting for {what}, {why}; "
+                                 f"{last_log_line(s, dead[0] if dead else None)}")
+            time.sleep(0.1)
+
+    munge = state / "munge"
+    # --force: the state folder may sit below a folder only root can search (pytest's tmp).
+    start("munged", ["munged", "--foreground", "--force", f"--key-file={munge / 'munge.key'}",
+                     f"--socket={munge / 'munge.socket'}", f"--pid-file={munge / 'munged.pid'}",
+                     f"--log-file={state / 'log' / 'munged.log'}",
+                     f"--seed-file={munge / 'munged.seed'}"])
+    wait_for(lambda: (munge / "munge.socket").exists(), "munged's socket")
+    start("slurmctld", ["nsenter", f"--net={netns.path(s.netns(netns.HEAD))}", "unshare",
+                        "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', netns.HEAD,
+                        "slurmctld", "-D", "-i", "-f", conf])
+    wait_for(lambda: slurm.run(["scontrol", "ping"], timeout=20).returncode == 0,
+             "slurmctld to answer")
+    for node in s.node_names():
+        start(f"slurmd-{node}", [
+            "nsenter", f"--net={netns.path(s.netns(node))}", "unshare", "--uts", "--mount",
+            "--propagation", "private", "sh", "-c", MOUNT_HOSTS, node,
+            str(state / "etc" / "hosts"), "slurmd", "-D", "-N", node, "-f", conf])
+    wait_for(lambda: all(node_states(slurm).get(n) == "idle" for n in s.node_names()),
+             "every node to be idle")
+
+
+def node_states(slurm: Slurm) -> dict[str, str]:
+    """Node name -> Slurm's state of it (``idle``, ``allocated``, ``down*``...)."""
+    try:
+        proc = slurm.run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=30)
+    except subprocess.TimeoutExpired:
+        return {}
+    pairs = (line.split() for line in proc.stdout.splitlines())
+    return {p[0]: p[1].lower() for p in pairs if len(p) == 2}
+
+
+def last_log_line(s: SandboxSettings, name: str | None) -> str:
+    """``see STATE/log`` and, for a daemon that exited, the last line of its log."""
+    where = f"see {s.state_dir / 'log'}"
+    logs = [s.state_dir / "log" / f"{name}.log", s.state_dir / "log" / f"{name}.out"] \
+        if name else []
+    for log in logs:
+        lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+        if lines:
+            return f"{where} ({log.name}: {lines[-1].strip()})"
+    return where
+
+
+def stop_order(names) -> list[str]:
+    """Every slurmd first, then slurmctld, munged last."""
+    rank = {"slurmctld": 1, "munged": 2}
+    return sorted(names, key=lambda n: rank.get(n, 0))

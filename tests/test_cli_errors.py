@@ -1,0 +1,48 @@
+"""The CLI's error rule: one line naming the argument or field, a documented exit status."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from chainermn_rt.errors import EXIT_STATUSES
+
+from conftest import PYTHON
+
+
+def cli(*args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "chainermn_rt", *args], check=False,
+                          capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def test_help_lists_the_exit_statuses_and_no_module_docstring():
+    out = cli("--help").stdout
+    for code, meaning in EXIT_STATUSES.items():
+        assert f"  {code}  {meaning}" in out
+    assert "parses arguments" not in out and "``" not in out
+    assert "exit statuses:" in cli("submit", "--help").stdout
+
+
+@pytest.mark.parametrize("args, argument", [
+    (["site", "check", "no-such.toml"], "FILE"),
+    (["render", "--site", "no-such.toml", "--nodes", "1", "--", "true"], "--site"),
+])
+def test_a_missing_profile_names_the_argument_that_gave_it(tmp_path, args, argument):
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"chainermn-rt {args[0]}: error: {argument}: no-such.toml: no such file or directory; "
+        "allowed: a readable site profile (.toml) or a shipped one: cpu-cluster, dgx-h100, "
+        "quad-gpu, sandbox"]
+
+
+def test_a_missing_slurm_command_is_one_line_with_status_3(tmp_path):
+    proc = cli("submit", "--site", "cpu-cluster", "--nodes", "1", "--", "true", cwd=tmp_path,
+               env={**os.environ, "PATH": str(tmp_path)})
+    assert proc.returncode == 3, proc
+    assert proc.stderr.splitlines() == [
+        "chainermn-rt submit: error: sbatch: not found; run it where Slurm's client commands "
+        "reach the cluster (for the sandbox: `chainermn-rt sandbox up`)"]
+    assert list(tmp_path.iterdir()) == []
