@@ -23,7 +23,7 @@ import pytest
 from chainermn_rt.compat import build_chainer, patched_build
 from chainermn_rt.compat import chainer_fixes as fixes
 
-from conftest import PYTHON, REPO, run_mpi
+from conftest import PYTHON, REPO, json_objects, run_mpi
 
 WHEELS = REPO / "build" / "wheels"
 
@@ -276,6 +276,38 @@ def test_multi_node_iterator_on_non_root_ranks(tmp_path: Path):
                        "multi_node_iterators"], timeout=120)
     assert set(re.findall(r"ok (\w+) rank=(\d)", proc.stdout)) == {
         ("multi_node_iterators", "0"), ("multi_node_iterators", "1")}
+
+
+def _aggregator_ranks(check: str, tmp_path: Path) -> list[dict]:
+    """Run tests/programs/aggregator_rank.py CHECK on 2 ranks: each rank's result, by rank."""
+    proc = run_mpi(2, ["-W", "error", "tests/programs/aggregator_rank.py", check,
+                       str(tmp_path)], timeout=120)
+    results = sorted((obj for obj in json_objects(proc.stdout) if obj.get("check") == check),
+                     key=lambda obj: obj["rank"])
+    assert [obj["rank"] for obj in results] == [0, 1], proc.stdout
+    return results
+
+
+@pytest.mark.mpi
+def test_observation_aggregator_averages_numpy_observations_over_ranks(tmp_path: Path):
+    """Without ChainerX, Variable.to_device('native') raised on every Variable observation
+    (main/loss on NumPy). Rank r reports (r + 1) * i in iteration i: the mean is 1.5 * i."""
+    for result in _aggregator_ranks("aggregator", tmp_path):
+        assert result["iteration"] == 4
+        # main/loss, a Variable, aggregated every iteration.
+        np.testing.assert_allclose(result["loss_mean"], [1.5, 3.0, 4.5, 6.0])
+        # main/x, a bare NumPy array, every 2nd iteration over both iterations since the last.
+        assert result["x_mean"][0::2] == [None, None], result
+        np.testing.assert_allclose(result["x_mean"][1::2], [2.25, 5.25])
+
+
+@pytest.mark.mpi
+def test_multi_node_early_stopping_trigger_on_cpu(tmp_path: Path):
+    """The mean loss over ranks (10 + i: rank 0's improves, rank 1's worsens) is best at
+    iteration 1: with patience 2 both ranks stop after iteration 3, long before max_trigger."""
+    for result in _aggregator_ranks("early_stopping", tmp_path):
+        assert result["iteration"] == 3, result
+        assert result["loss_aggregated"] == pytest.approx(13.0)
 
 
 # --- communicators registered by other packages ----------------------------------------

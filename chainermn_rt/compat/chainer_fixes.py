@@ -261,6 +261,24 @@ def _requirements_satisfied(*requirements):
         "        self.dataset_size = int(_size)\n",
         "        self.dataset_size = int(_size.item())\n",
         "numpy>=2.4: int() of a shape-(1,) array raises TypeError on the non-root ranks"),
+    Fix("observation-aggregator-no-chainerx", "chainermn/extensions/observation_aggregator.py",
+        """            if isinstance(value, Variable):
+                # use to native device as ChainerX array cannot
+                # be converted to numpy directly, which is what `to_cpu()` does
+                value.to_device("native")
+""",
+        """            if isinstance(value, Variable):
+                # chainermn-rt: 'native' is a ChainerX device (RuntimeError without ChainerX):
+                # only ChainerX arrays go there, as to_cpu() cannot convert them; NumPy and
+                # CuPy arrays go to NumPy
+                if isinstance(value.array, chx.ndarray):
+                    value.to_device("native")
+                else:
+                    value.to_cpu()
+""",
+        "no ChainerX: Variable.to_device('native') raised RuntimeError for every Variable "
+        "observation (main/loss), so ObservationAggregator and MultiNodeEarlyStoppingTrigger "
+        "failed on CPU"),
     Fix("memory-utility-copy-false", "chainermn/communicators/_memory_utility.py",
         "            v = xp.array(v, copy=False, dtype=transfer_dtype)\n",
         "            v = xp.asarray(v, dtype=transfer_dtype)\n",
