@@ -13,8 +13,8 @@ import sys
 
 from chainermn_rt.errors import EXIT_STATUSES, EnvironmentProblem, JobFailed, UserError
 
-DESCRIPTION = ("Run ChainerMN data-parallel training on Slurm: site profiles, job scripts, "
-               "the per-rank step, a local Slurm sandbox and checks.")
+DESCRIPTION = ("Run ChainerMN data-parallel training on Slurm: site profiles, job scripts,\n"
+               "the per-rank step, a local Slurm sandbox, checks and benchmarks.")
 EPILOG = "exit statuses:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_STATUSES.items())
 
 # name -> (module under chainermn_rt.commands, one-line help)
@@ -24,8 +24,13 @@ COMMANDS = {
     "submit": ("submit", "render, submit with sbatch, optionally wait for the final state"),
     "rank": ("rank", "per-rank step: bind GPU, CPUs and HCA, then exec the command"),
     "sandbox": ("sandbox", "the local multi-node Slurm sandbox: up, down, status"),
-    "doctor": ("doctor", "check MPI, mpi4py, CuPy/NCCL, chainer and chainermn here or in an image"),
+    "doctor": ("doctor", "check the stack here or in an image; with --site, a cluster by a "
+                         "real job: ranks, versions, GPUs, binding, allreduce, bandwidth"),
     "env": ("env", "print what the launcher says about this rank (JobEnvironment)"),
+    "bench": ("bench", "allreduce: nccl-tests style sweep of every communicator; train: "
+                       "images/s of a model on synthetic data"),
+    "scaling": ("scaling", "the paper's scaling study: train benchmark jobs at 1 GPU and "
+                           "1, 2, 4 ... N nodes, a table and a plot"),
 }
 
 

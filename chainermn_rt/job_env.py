@@ -82,25 +82,31 @@ def shown(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+def _int(env: Mapping[str, str], name: str, default: int | None = None,
+         below: tuple[str, int | None] = ("", None), minimum: int = 0) -> int:
+    """The variable as an integer >= ``minimum`` and, with ``below=(NAME, SIZE)``, < SIZE."""
+    allowed = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
     raw = env.get(name)
     if raw is None or raw == "":
         if default is None:
-            raise UserError(f"environment variable {name} is missing; "
-                            "allowed: a non-negative integer")
+            raise UserError(f"environment variable {name} is missing; allowed: {allowed}")
         return default
     try:
         value = int(raw.strip())
     except ValueError:
         value = -1
-    if value < 0:
-        raise UserError(f"environment variable {name}={raw!r}; allowed: a non-negative integer")
+    if value < minimum:
+        raise UserError(f"environment variable {name}={raw!r}; allowed: {allowed}")
+    size_name, size = below
+    if size is not None and value >= size:  # a rank must be below its count
+        raise UserError(f"environment variable {name}={raw!r}; allowed: 0..{size - 1} "
+                        f"({size_name} is {size})")
     return value
 
 
-def _reported(env: Mapping[str, str], name: str) -> int | None:
+def _reported(env: Mapping[str, str], name: str, **limits) -> int | None:
     """The variable's value, None when it is unset or empty."""
-    return _int(env, name) if env.get(name, "") != "" else None
+    return _int(env, name, **limits) if env.get(name, "") != "" else None
 
 
 def _first(env: Mapping[str, str], *names: str) -> str | None:
@@ -112,12 +118,12 @@ def _tasks_per_node(spec: str, node: int, name: str) -> int:
     counts: list[int] = []
     for part in spec.split(","):
         match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
-        if not match:
+        if not match or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
             raise UserError(f"environment variable {name}={spec!r}; allowed: e.g. '2(x3),1'")
         counts += [int(match.group(1))] * int(match.group(2) or 1)
     if node >= len(counts):
         raise UserError(f"environment variable {name}={spec!r} lists {len(counts)} nodes "
-                        f"but SLURM_NODEID is {node}")
+                        f"but SLURM_NODEID is {node}; allowed: a count for each node")
     return counts[node]
 
 
@@ -141,31 +147,35 @@ def _slurm(env: Mapping[str, str]) -> Fields | None:
     per_node = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
     ntasks = _first(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
     nnodes = _first(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
-    world = _int(env, ntasks) if ntasks else 1
+    world = _int(env, ntasks, minimum=1) if ntasks else None  # None: not reported
     local_size = _tasks_per_node(env[per_node], node, per_node) if per_node else world
-    return ("slurm", _int(env, "SLURM_PROCID"), world, _int(env, "SLURM_LOCALID", 0), local_size,
-            node, _int(env, nnodes) if nnodes else 1)
+    num_nodes = _int(env, nnodes, minimum=1) if nnodes else 1
+    sizes = (ntasks, world) if ntasks else ("", None)  # a size Slurm did not report: no check
+    node_sizes = (per_node, local_size) if per_node else sizes
+    return ("slurm", _int(env, "SLURM_PROCID", below=sizes), world,
+            _int(env, "SLURM_LOCALID", 0, below=node_sizes), local_size, node, num_nodes)
 
 
 def _openmpi(env: Mapping[str, str]) -> Fields | None:
     if "OMPI_COMM_WORLD_RANK" not in env:
         return None
-    rank = _int(env, "OMPI_COMM_WORLD_RANK")
-    local = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0)
-    local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1)
-    size = _int(env, "OMPI_COMM_WORLD_SIZE")
+    size = _int(env, "OMPI_COMM_WORLD_SIZE", minimum=1)
+    rank = _int(env, "OMPI_COMM_WORLD_RANK", below=("OMPI_COMM_WORLD_SIZE", size))
+    local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, minimum=1)
+    local = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0,
+                 below=("OMPI_COMM_WORLD_LOCAL_SIZE", local_size))
     nodes = _first(env, "OMPI_MCA_orte_num_nodes", "OMPI_MCA_prte_num_nodes")
     return ("openmpi", rank, size, local, local_size, _uniform_node(rank, local, local_size),
-            _int(env, nodes) if nodes else -(-size // local_size))
+            _int(env, nodes, minimum=1) if nodes else -(-size // local_size))
 
 
 def _hydra(env: Mapping[str, str]) -> Fields | None:
     if "PMI_RANK" not in env:
         return None
-    rank = _int(env, "PMI_RANK")
-    size = _reported(env, "PMI_SIZE")
-    local = _reported(env, "MPI_LOCALRANKID")
-    local_size = _reported(env, "MPI_LOCALNRANKS")
+    size = _reported(env, "PMI_SIZE", minimum=1)
+    rank = _int(env, "PMI_RANK", below=("PMI_SIZE", size))
+    local_size = _reported(env, "MPI_LOCALNRANKS", minimum=1)
+    local = _reported(env, "MPI_LOCALRANKID", below=("MPI_LOCALNRANKS", local_size))
     intel = _first(env, "I_MPI_ROOT", "I_MPI_HYDRA_BOOTSTRAP") is not None
     return ("intelmpi" if intel else "hydra", rank, size, local, local_size,
             _uniform_node(rank, local, local_size),

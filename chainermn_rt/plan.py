@@ -184,8 +184,8 @@ def make_plan(site: Site, req: Request) -> Plan:
     if parse_time(time, "--time") > part.max_time_s:
         raise UserError(f"--time: {time} is over partition {part.name!r}'s limit; allowed: up "
                         f"to {part.max_time}")
-    if req.memory is not None and part.memory_mb is not None and \
-            parse_memory_mb(req.memory, "--mem") > part.memory_mb:
+    memory_mb = None if req.memory is None else parse_memory_mb(req.memory, "--mem")
+    if memory_mb is not None and part.memory_mb is not None and memory_mb > part.memory_mb:
         raise UserError(f"--mem: {req.memory} is more than a node of partition {part.name!r} "
                         f"has; allowed: up to {part.memory_mb}M")
     if not re.match(r"[^/\s]", req.job_name or ""):
@@ -194,6 +194,8 @@ def make_plan(site: Site, req: Request) -> Plan:
     job_name = check_printable(req.job_name, "--job-name")
     log = check_printable(req.log, "--log")
     runtime, container, pyxis_flags = _container(site, req)
+    if req.python and "\0" in req.python:
+        raise UserError("--python: contains a NUL byte; allowed: an interpreter's path or name")
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable

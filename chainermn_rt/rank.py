@@ -9,17 +9,21 @@ launcher's variables (:class:`~chainermn_rt.job_env.JobEnvironment`) and the nod
    every GPU of the node stays visible, for NCCL's CUDA IPC;
 2. binds CPUs to the slot's CPU list (within what the launcher allows) and, with numactl,
    memory to its NUMA node;
-3. sets ``UCX_NET_DEVICES`` and ``NCCL_IB_HCA`` to the slot's HCAs unless already set;
-4. sends output to a per-rank log when ``CHAINERMN_RT_RANK_LOG`` is set;
-5. with ``CHAINERMN_RT_VERBOSE=1``, prints one line saying where the rank runs (:func:`describe`);
-6. execs COMMAND.
+3. sets ``UCX_NET_DEVICES`` to the slot's HCAs (MPI's traffic leaves by the rank's nearest
+   NIC) and ``NCCL_IB_HCA`` to every HCA of the node's slots, the same on every rank of a node
+   as NCCL's maintainers ask (NCCL picks each GPU's nearest NIC itself); neither when set;
+4. puts :mod:`chainermn_rt.abort_on_error`'s folder first on ``PYTHONPATH``: an uncaught
+   exception in COMMAND's Python aborts the whole job (``CHAINERMN_RT_ABORT_ON_ERROR=0``: not);
+5. sends output to a per-rank log when ``CHAINERMN_RT_RANK_LOG`` is set;
+6. with ``CHAINERMN_RT_VERBOSE=1``, prints one line saying where the rank runs (:func:`describe`);
+7. execs COMMAND.
 
 >>> slots = [Slot(gpu=0, numa=0, cpus="0-3", hcas=("mlx5_0:1",)),
 ...          Slot(gpu=1, numa=1, cpus="4-7", hcas=("mlx5_1:1",))]
 >>> b = binding(slots, {"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
 ...                     "SLURM_STEP_TASKS_PER_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"})
 >>> b.slot.gpu, b.device, b.env
-(1, 1, {'UCX_NET_DEVICES': 'mlx5_1:1', 'NCCL_IB_HCA': '=mlx5_1:1'})
+(1, 1, {'UCX_NET_DEVICES': 'mlx5_1:1', 'NCCL_IB_HCA': '=mlx5_0:1,mlx5_1:1'})
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chainermn_rt import abort_on_error
 from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_env import JobEnvironment, shown
@@ -67,18 +72,26 @@ def binding(slots: Sequence[Slot] | None, environ: Mapping[str, str]) -> Binding
     """Decide this rank's binding from the launcher's variables; changes nothing."""
     job = JobEnvironment.detect(environ)
     if job.local_rank is None or job.local_size is None:
-        raise UserError(f"launcher {job.launcher} does not report this rank's local rank, which "
-                        "picks its GPU and slot; allowed: srun or an MPI's mpirun")
+        raise UserError(f"launcher {job.launcher} does not report this rank's local rank and "
+                        "its node's rank count, which pick its GPU and slot; allowed: srun or an "
+                        "MPI's mpirun")
     device = choose_device(job.local_rank, job.local_size, environ)
     if not slots:
         return Binding(job, None, device)
     slot = _slot_of(slots, job, device, environ)
+    return Binding(job, slot, device, slot.cpu_ids, hca_env(slots, slot, environ))
+
+
+def hca_env(slots: Sequence[Slot], slot: Slot, environ: Mapping[str, str]) -> dict[str, str]:
+    """``UCX_NET_DEVICES`` for this rank's slot, ``NCCL_IB_HCA`` for the whole node; what
+    ``environ`` already sets wins."""
+    node_hcas = list(dict.fromkeys(h for s in slots for h in s.hcas))
     env = {}
     if slot.hcas:
-        hcas = ",".join(slot.hcas)
-        env = {k: v for k, v in (("UCX_NET_DEVICES", hcas), ("NCCL_IB_HCA", "=" + hcas))
-               if k not in environ}
-    return Binding(job, slot, device, slot.cpu_ids, env)
+        env["UCX_NET_DEVICES"] = ",".join(slot.hcas)
+    if node_hcas:
+        env["NCCL_IB_HCA"] = "=" + ",".join(node_hcas)
+    return {k: v for k, v in env.items() if k not in environ}
 
 
 def describe(b: Binding, environ: Mapping[str, str]) -> str:
@@ -114,6 +127,7 @@ def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
             print(f"chainermn-rt rank: warning: CPUs {b.slot.cpus} are outside this task's "
                   f"allowed CPUs {sorted(allowed)}; not binding", file=sys.stderr)
     environ.update(b.env)
+    environ.update(abort_on_error.rank_env(environ))
     pattern = environ.get(RANK_LOG_VAR)
     if pattern:
         path = Path(_rank_log(pattern, b.job, environ))

@@ -27,6 +27,8 @@ RANK_LOG_VAR = "CHAINERMN_RT_RANK_LOG"
 RANK_LOG_PATTERN = "%x-%j.rank%r.out"
 # "1": each rank prints one line saying where it runs.
 VERBOSE_VAR = "CHAINERMN_RT_VERBOSE"
+# "0": an uncaught exception on a rank no longer aborts the whole job (abort_on_error).
+ABORT_ON_ERROR_VAR = "CHAINERMN_RT_ABORT_ON_ERROR"
 
 CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
 CPU_LIST_ALLOWED = "a CPU list such as \"0-13,56-69\""

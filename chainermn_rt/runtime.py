@@ -9,10 +9,8 @@ Example::
 from __future__ import annotations
 
 import multiprocessing
-import sys
-import warnings
 
-from chainermn_rt import devices
+from chainermn_rt import abort_on_error, devices
 from chainermn_rt.communicators import (
     CPU_COMMUNICATOR,
     create_communicator,
@@ -33,8 +31,8 @@ def setup(communicator: str = "auto", mpi_comm=None, *, abort_on_exception: bool
     (``LauncherMismatch`` when they disagree); choose the GPU for the local
     rank honouring ``CUDA_VISIBLE_DEVICES`` (CPU when none); create the
     communicator (``auto``: ``pure_nccl`` on a GPU with NCCL, else ``chunked``);
-    install ChainerMN's hook that calls ``MPI_Abort`` on an uncaught exception,
-    so one failing rank ends the job instead of hanging it.
+    install the hook that calls ``MPI_Abort`` on an uncaught exception
+    (:mod:`chainermn_rt.abort_on_error`), so one failing rank ends the job instead of hanging it.
 
     ``device`` is a ``chainer.backend.Device`` (``@cupy:N`` or ``@numpy``), already
     made current.
@@ -59,11 +57,6 @@ def setup(communicator: str = "auto", mpi_comm=None, *, abort_on_exception: bool
 
 
 def install_abort_hook() -> None:
-    """ChainerMN's ``MPI_Abort``-on-uncaught-exception hook, once (idempotent)."""
-    from chainermn import global_except_hook
-
-    if sys.excepthook is global_except_hook._global_except_hook:
-        return
-    with warnings.catch_warnings():  # "called multiple times" when the env var installed it
-        warnings.simplefilter("ignore")
-        global_except_hook.add_hook()
+    """The ``MPI_Abort``-on-uncaught-exception hook, once (idempotent; off with
+    ``CHAINERMN_RT_ABORT_ON_ERROR=0``)."""
+    abort_on_error.install()

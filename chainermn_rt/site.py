@@ -30,6 +30,7 @@ Every mistake raises :class:`UserError` naming the file, the field and what is a
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -73,7 +74,7 @@ def parse_time(text: str, where: str) -> int:
     >>> parse_time("1-02:00:00", "time"), parse_time("90", "time"), parse_time("5:30", "time")
     (93600, 5400, 330)
     """
-    m = _TIME.match(text.strip()) if isinstance(text, str) else None
+    m = _TIME.match(text) if isinstance(text, str) else None  # no blanks: a #SBATCH value
     if not m:
         raise UserError(f"{where}: {text!r} is not a Slurm time; allowed: MIN, MIN:SEC, "
                         "HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS")
@@ -165,6 +166,8 @@ class Site:
     socket_ifname: str | None
     sbatch: tuple[tuple[str, str | None], ...] = ()  # extra options; None: a flag
     sandbox: SandboxTable | None = None
+    # [checks] allreduce_busbw_gbps: the bus bandwidth `chainermn-rt doctor` expects (GB/s)
+    allreduce_busbw_gbps: float | None = None
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one (the one marked default, else the first)."""
@@ -182,7 +185,7 @@ class _Table:
 
     def __init__(self, data: Any, where: str):
         if not isinstance(data, dict):
-            raise UserError(f"{where}: expected a table")
+            raise UserError(f"{where}: not a table; allowed: a table")
         self.data, self.where, self.used = data, where, set()
 
     def get(self, key: str, kind: type | tuple, default: Any = ..., allowed: str = "") -> Any:
@@ -196,7 +199,14 @@ class _Table:
         if not ok:
             raise UserError(f"{self.at(key)}: {value!r} has the wrong type; allowed: "
                             f"{allowed or _kind(kind)}")
+        if isinstance(value, str) and "\0" in value:  # no argv or shell word can carry it
+            raise UserError(f"{self.at(key)}: contains a NUL byte; allowed: any other text")
         return value
+
+    def text(self, key: str, default: Any = ..., allowed: str = "") -> Any:
+        """A string for a #SBATCH line or the script's header: no control characters."""
+        value = self.get(key, str, default, allowed)
+        return value if value is None else check_printable(value, self.at(key))
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = ...) -> str:
         value = self.get(key, str, default, allowed=" | ".join(choices))
@@ -214,12 +224,13 @@ class _Table:
     def strings(self, key: str, pattern: re.Pattern | None = None, what: str = "") -> tuple:
         values = self.get(key, list, [], allowed="a list of strings")
         for i, v in enumerate(values):
-            if not isinstance(v, str) or (pattern and not pattern.match(v)):
+            if not isinstance(v, str) or "\0" in v or (pattern and not pattern.match(v)):
                 raise UserError(f"{self.at(key)}[{i}]: {v!r} is not allowed; allowed: "
                                 f"{what or 'a string'}")
         return tuple(values)
 
     def at(self, key: str) -> str:
+        key = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)  # TOML quoting
         return f"{self.where}.{key}" if self.where else key
 
     def done(self) -> None:
@@ -267,7 +278,7 @@ def _topology(name: str, data: Any, where: str) -> Topology:
 
 
 def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
-    name = t.get("name", str, allowed="a partition name")
+    name = t.text("name", allowed="a partition name")
     topo = t.get("topology", str, allowed=" | ".join(topologies) or "a [topology.NAME] table")
     if topo not in topologies:
         raise UserError(f"{t.at('topology')}: {topo!r} is not defined; allowed: "
@@ -279,7 +290,7 @@ def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
         max_time_s=parse_time(max_time, t.at("max_time")),
         cpus_per_node=t.positive("cpus_per_node"), topology=topologies[topo],
         memory_mb=None if memory is None else parse_memory_mb(memory, t.at("memory")),
-        gpu_type=t.get("gpu_type", str, None), default=t.get("default", bool, False),
+        gpu_type=t.text("gpu_type", None), default=t.get("default", bool, False),
         sbatch=_sbatch(t.get("sbatch", dict, {}), t.at("sbatch")))
     t.done()
     if partition.cpus_per_node < len(partition.topology.slots):
@@ -317,7 +328,7 @@ def _container(data: Any) -> Container:
     t = _Table(data, "container")
     c = Container(
         runtime=t.choice("runtime", RUNTIMES, "none"),
-        image=t.get("image", str, None),
+        image=t.text("image", None),
         binds=t.strings("binds", re.compile(r"[^:,\s]+(:[^:,\s]+){0,2}\Z"),
                         "SRC[:DST[:OPTIONS]] without spaces or commas"),
         flags=t.strings("flags"),
@@ -331,7 +342,7 @@ def _environment(data: Any) -> dict[str, str]:
     env = {}
     for key in data:
         if not ENV_NAME.match(key):
-            raise UserError(f"environment.{key}: not a variable name; allowed: letters, digits "
+            raise UserError(f"{t.at(key)}: not a variable name; allowed: letters, digits "
                             "and _, not starting with a digit")
         env[key] = t.get(key, str, allowed="a string (quote numbers)")
     return env
@@ -359,6 +370,20 @@ def _sandbox(data: Any) -> SandboxTable | None:
     return SandboxTable(subnet=subnet, nodes=nodes)
 
 
+def _checks(data: Any) -> float | None:
+    """The ``[checks]`` table: what ``chainermn-rt doctor`` expects of the cluster."""
+    if data is None:
+        return None
+    t = _Table(data, "checks")
+    allowed = "a number > 0 (GB/s, nccl-tests' busbw)"
+    busbw = t.get("allreduce_busbw_gbps", (int, float), None, allowed=allowed)
+    if busbw is not None and (isinstance(busbw, bool) or not 0 < busbw < float("inf")):
+        raise UserError(f"{t.at('allreduce_busbw_gbps')}: {busbw} is not allowed; allowed: "
+                        f"{allowed}")
+    t.done()
+    return None if busbw is None else float(busbw)
+
+
 def parse_site(data: dict[str, Any], path: Path) -> Site:
     """Validate the parsed TOML of a profile; :class:`UserError` names the first bad field."""
     t = _Table(data, "")
@@ -366,6 +391,10 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
     if not NAME.match(name):
         raise UserError(f"name: {name!r} is not allowed; allowed: letters, digits, '.', '_', '-'")
     topo_table = _Table(t.get("topology", dict, allowed="[topology.NAME] tables"), "topology")
+    for k in topo_table.data:
+        if not NAME.match(k):
+            raise UserError(f"{topo_table.at(k)}: not a topology name; allowed: letters, digits, "
+                            "'.', '_', '-'")
     topologies = {k: _topology(k, topo_table.get(k, dict), f"topology.{k}")
                   for k in topo_table.data}
     raw_parts = t.get("partitions", list, allowed="a list of [[partitions]] tables")
@@ -390,12 +419,13 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         container=_container(t.get("container", dict, {})),
         environment=_environment(t.get("environment", dict, {})),
         modules=t.strings("modules"),
-        account=t.get("account", str, None), qos=t.get("qos", str, None),
+        account=t.text("account", None), qos=t.text("qos", None),
         python=t.get("python", str, None),
         signal=signal, requeue=t.get("requeue", bool, False),
         socket_ifname=t.get("socket_ifname", str, None),
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
-        sandbox=_sandbox(t.get("sandbox", dict, None)))
+        sandbox=_sandbox(t.get("sandbox", dict, None)),
+        allreduce_busbw_gbps=_checks(t.get("checks", dict, None)))
     t.done()
     return site
 
@@ -410,7 +440,8 @@ def load_site(path: str | Path, argument: str = "--site") -> Site:
         raise UserError(f"{argument}: {path}: {err.strerror.lower()}; allowed: a readable site "
                         f"profile (.toml) or a shipped one: {', '.join(shipped_sites())}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not valid TOML: {err}") from None
+        raise UserError(f"{path}: not valid TOML: {err}; allowed: a UTF-8 TOML file "
+                        "(https://toml.io)") from None
     try:
         return parse_site(data, path)
     except UserError as err:

@@ -36,7 +36,13 @@ def _slurm(local, tasks, visible):
 def test_slot_follows_the_physical_gpu(local, tasks, visible, gpu, device):
     b = binding(SLOTS, _slurm(local, tasks, visible))
     assert (b.slot.gpu, b.device, b.cpus) == (gpu, device, [gpu])
-    assert b.env == {"UCX_NET_DEVICES": f"mlx5_{gpu // 2}:1", "NCCL_IB_HCA": f"=mlx5_{gpu // 2}:1"}
+    # UCX: the rank's own NIC; NCCL: every NIC of the node, the same on every rank
+    assert b.env == {"UCX_NET_DEVICES": f"mlx5_{gpu // 2}:1", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"}
+
+
+def test_nccl_sees_the_same_hcas_on_every_rank_of_a_node():
+    seen = {binding(SLOTS, _slurm(local, 4, "0,1,2,3")).env["NCCL_IB_HCA"] for local in range(4)}
+    assert seen == {"=mlx5_0:1,mlx5_1:1"}
 
 
 def test_explicit_hca_variables_win():

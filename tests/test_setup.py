@@ -33,7 +33,7 @@ def test_one_failing_rank_ends_the_job():
                           capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
     assert proc.returncode != 0
     assert "rank 1 fails on purpose" in proc.stderr
-    assert "Calling MPI_Abort()" in proc.stderr
+    assert "failed: RuntimeError: rank 1 fails on purpose; aborting the job" in proc.stderr
 
 
 def test_setup_refuses_a_launcher_mpi_mismatch():

@@ -1,32 +1,134 @@
-"""``chainermn-rt doctor [--image] [--json]``: one line per check, exit 1 on any FAIL.
+"""``chainermn-rt doctor``: check the stack here, or (``--site``) a cluster with a real job.
 
-Example::
+Without ``--site``: one line per check of this machine's (or image's) stack, exit 1 on any
+FAIL::
 
     $ chainermn-rt doctor --image
     ok    flavor         cpu (from /opt/chainermn_rt/VERSIONS)
     ok    mpi            Open MPI 4.1.4 (/usr/bin/ompi_info)
     n/a   mpi-cuda       cpu flavour (mpi_built_with_cuda_support=false)
     ...
+
+With ``--site SITE --nodes N [render's request options]``: a doctor job on N nodes, rendered
+like a training job, each rank reporting where it runs; prints one table of cross-rank checks
+and exits 0 only when every check passes (chainermn_rt/cluster_doctor/, docs/doctor.md)::
+
+    $ chainermn-rt doctor --site sandbox --nodes 2 --gpus-per-node 2 --exclude-bad bad.txt
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+from dataclasses import asdict
+from pathlib import Path
+
+from chainermn_rt.commands.render import add_site_arguments
+from chainermn_rt.errors import UserError
+
+IMAGE_HELP = ("without --site: also compare with the image's /opt/chainermn_rt/VERSIONS; with "
+              "--site: the job's container image (overrides container.image)")
 
 
-def configure(parser) -> None:
-    parser.add_argument("--image", action="store_true",
-                        help="also compare with the image's /opt/chainermn_rt/VERSIONS")
-    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+class _Options:
+    """``add_site_arguments`` for doctor: nothing required (without --site the local check
+    runs), and ``--image`` also a flag (the local check's)."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self._parser = parser
+
+    def add_argument(self, *names, **kwargs):
+        kwargs.pop("required", None)
+        if "--image" in names:
+            kwargs.update(nargs="?", const=True, metavar="IMAGE", help=IMAGE_HELP)
+        return self._parser.add_argument(*names, **kwargs)
 
 
-def run(args) -> int:
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_site_arguments(_Options(parser))
+    a = parser.add_argument
+    a("--json", action="store_true", help="print the checks as JSON")
+    a("--out", type=Path, help="with --site: the job's folder (new or empty) for its script, "
+                               "log and reports; default: a new doctor-XXXXXXXX here")
+    a("--exclude-bad", type=Path, metavar="FILE",
+      help="with --site: write the nodes that failed a check there, a Slurm node list for "
+           "--exclude (empty when none failed)")
+    a("--bandwidth-bytes", type=int, metavar="N",
+      help="with --site: allreduce size of the bandwidth probe; default: 64 MiB when the "
+           "profile gives [checks] allreduce_busbw_gbps, else none")
+    a("--wait-timeout", type=float, metavar="SECONDS",
+      help="with --site: give up waiting after this long (exit 1; the job goes on)")
+
+
+# Options that only a cluster check takes (argparse dest -> flag).
+SITE_ONLY = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node",
+             "ranks_per_node": "--ranks-per-node", "partition": "--partition", "time": "--time",
+             "runtime": "--runtime", "launcher": "--launcher", "account": "--account",
+             "qos": "--qos", "mem": "--mem", "python": "--python", "env": "--env", "out": "--out",
+             "exclude_bad": "--exclude-bad", "bandwidth_bytes": "--bandwidth-bytes",
+             "wait_timeout": "--wait-timeout"}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.site is None:
+        return _local(args)
+    return _cluster(args)
+
+
+def _local(args: argparse.Namespace) -> int:
     from chainermn_rt import doctor
 
-    checks = doctor.run_checks(image=args.image)
+    for dest, flag in SITE_ONLY.items():
+        if getattr(args, dest) not in (None, []):
+            raise UserError(f"{flag}: checks a cluster; allowed: with --site SITE")
+    if isinstance(args.image, str):
+        raise UserError(f"--image: {args.image!r} names a container image, used with --site; "
+                        "allowed: --image alone (compare with the image's VERSIONS)")
+    checks = doctor.run_checks(image=bool(args.image))
     if args.json:
         print(json.dumps(doctor.as_json(checks), indent=2))
     else:
         for check in checks:
             print(doctor.format_line(check))
     return 1 if any(c.status == doctor.FAIL for c in checks) else 0
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from chainermn_rt.cluster_doctor import job
+    from chainermn_rt.cluster_doctor.checks import FAIL
+    from chainermn_rt.cluster_doctor.table import exclude_text, format_table
+    from chainermn_rt.commands.render import request_from
+    from chainermn_rt.files import write_atomically
+    from chainermn_rt.sandbox import slurm_for
+    from chainermn_rt.site import load_site, resolve_site
+
+    if args.nodes is None:
+        raise UserError("--nodes: missing; allowed: the number of nodes to check")
+    if args.image is True:
+        raise UserError("--image: with --site it names the job's container image; allowed: "
+                        "--image IMAGE")
+    exclude = args.exclude_bad.absolute() if args.exclude_bad else None
+    if exclude is not None and not exclude.parent.is_dir():
+        raise UserError(f"--exclude-bad: {exclude.parent} is not a folder; allowed: a file in "
+                        "an existing folder")
+    site = load_site(resolve_site(args.site), "--site")
+    request = request_from(args, command=("true",))
+    job.doctor_plan(site, request, Path.cwd(), args.bandwidth_bytes)  # refused: no folder made
+    slurm = slurm_for(site)  # Slurm out of reach: no folder made either
+    out = job.new_folder(args.out)
+    plan = job.doctor_plan(site, request, out, args.bandwidth_bytes)
+    job_id = job.submit(slurm, plan, out)
+    if not args.json:
+        print(f"submitted doctor job {job_id}: {plan.nodes} node(s) x {plan.tasks_per_node} "
+              f"rank(s), folder {out}", flush=True)
+    final = slurm.wait(job_id, timeout=args.wait_timeout)
+    checks = job.collect(out, job.expected(site, plan), final, job_id)
+    if exclude is not None:
+        text = exclude_text(checks)
+        write_atomically(exclude, lambda f: f.write(text))
+    if args.json:
+        print(json.dumps({"job": job_id, "folder": str(out),
+                          "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        print(format_table(checks), end="")
+    return 1 if any(c.status == FAIL for c in checks) else 0

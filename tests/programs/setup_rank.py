@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import sys
-
-from chainermn import global_except_hook
 
 import chainermn_rt
+from chainermn_rt.abort_on_error import installed
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--communicator", default="auto")
@@ -29,7 +27,7 @@ if args.fail_rank >= 0:
 rows = comm.gather_obj({
     "rank": comm.rank, "size": comm.size, "communicator": type(comm).__name__,
     "device": str(device), "start_method": multiprocessing.get_start_method(),
-    "abort_hook": sys.excepthook is global_except_hook._global_except_hook,
+    "abort_hook": installed(),
     "intra_rank": comm.intra_rank})
 if comm.rank == 0:
     print(json.dumps(rows), flush=True)

@@ -1,0 +1,40 @@
+"""Run by every Python process of a rank: ``chainermn-rt rank`` puts this folder first on
+PYTHONPATH. Installs chainermn_rt.abort_on_error's hook, then runs the sitecustomize that this
+one hides (the next on sys.path), if any."""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+hidden = None  # the sitecustomize this one hides, once run
+
+
+
+def _install() -> None:
+    try:
+        from chainermn_rt.abort_on_error import install
+
+        install()
+    except Exception as err:  # noqa: BLE001 - never stop the interpreter from starting
+        if getattr(err, "name", None) != "chainermn_rt":  # else: a Python without chainermn_rt
+            print(f"chainermn-rt: warning: abort-on-error hook not installed: {err}",
+                  file=sys.stderr)
+
+
+def _run_hidden() -> None:
+    global hidden
+    here = os.path.realpath(os.path.dirname(__file__))
+    mine = [i for i, p in enumerate(sys.path) if os.path.realpath(p or ".") == here]
+    after = [p for p in sys.path[mine[0] + 1 if mine else 0:]
+             if os.path.realpath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", after)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        hidden = module
+        spec.loader.exec_module(module)
+
+
+if __name__ == "sitecustomize":  # not when a tool imports this file under another name
+    _install()
+    _run_hidden()

@@ -1,0 +1,97 @@
+"""A doctor job from request to verdict.
+
+The job is planned and rendered like any training job (plan.py, render.py: same binding, same
+launcher, same container); only its command is the probe (probe.py). Submitted, waited for,
+then its folder's reports (reports.py) go through the checks (checks.py)::
+
+    out = new_folder(None)
+    plan = doctor_plan(site, request, out)
+    job = submit(slurm, plan, out)
+    checks = collect(out, expected(site, plan), slurm.wait(job), job)
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from chainermn_rt.cluster_doctor.checks import FAIL, PASS, Check, Expected, run_checks
+from chainermn_rt.cluster_doctor.reports import load_reports
+from chainermn_rt.errors import UserError
+from chainermn_rt.files import write_atomically
+from chainermn_rt.jobs import FinalState, Slurm
+from chainermn_rt.plan import Plan, Request, make_plan
+from chainermn_rt.render import render
+from chainermn_rt.site import Site, parse_time
+
+PROBE = "chainermn_rt.cluster_doctor.probe"
+JOB_NAME = "chainermn-doctor"
+SCRIPT = "doctor.sh"
+LOG = "doctor-%j.out"
+DEFAULT_TIME = "00:10:00"  # unless --time; the partition's limit where that is shorter
+DEFAULT_BANDWIDTH_BYTES = 64 << 20  # when the profile expects a bandwidth
+
+
+def new_folder(out: Path | None) -> Path:
+    """The job's folder: ``out`` (new or empty), else a new ``doctor-XXXXXXXX`` here."""
+    if out is None:
+        return Path(tempfile.mkdtemp(prefix="doctor-", dir=Path.cwd()))
+    out = out.absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out: {out} is not an empty folder; allowed: a new or empty folder "
+                        "(the reports of one run)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out: {out}: {err.strerror}; allowed: a folder this user can "
+                        "create") from None
+    return out
+
+
+def doctor_plan(site: Site, request: Request, out: Path,
+                bandwidth_bytes: int | None = None) -> Plan:
+    """The Plan of ``request`` with the probe as its command, its log in ``out``.
+    ``bandwidth_bytes`` None: measure 64 MiB when the profile expects a bandwidth."""
+    if bandwidth_bytes is None:
+        bandwidth_bytes = DEFAULT_BANDWIDTH_BYTES if site.allreduce_busbw_gbps else 0
+    if bandwidth_bytes < 0 or bandwidth_bytes % 4:
+        raise UserError(f"--bandwidth-bytes: {bandwidth_bytes}; allowed: 0 (no measurement) or "
+                        "a multiple of 4 (float32 elements)")
+    part = site.partition(request.partition)
+    time = request.time or (DEFAULT_TIME if parse_time(DEFAULT_TIME, "time") <= part.max_time_s
+                            else None)
+    request = replace(request, time=time, job_name=JOB_NAME, log=str(out / LOG),
+                      per_rank_logs=False, command=("true",))
+    python = make_plan(site, request).rank_step[0]  # the interpreter the Plan chose
+    command = (python, "-m", PROBE, "--out", str(out))
+    if bandwidth_bytes:
+        command += ("--bandwidth-bytes", str(bandwidth_bytes))
+    return make_plan(site, replace(request, command=command))
+
+
+def submit(slurm: Slurm, plan: Plan, out: Path) -> str:
+    """Write ``out/doctor.sh`` and submit it from ``out``; the job id."""
+    script, text = out / SCRIPT, render(plan)
+    write_atomically(script, lambda f: f.write(text))
+    return slurm.submit(script, cwd=out)
+
+
+def expected(site: Site, plan: Plan) -> Expected:
+    return Expected(ranks=plan.world_size, busbw_gbps=site.allreduce_busbw_gbps)
+
+
+def job_check(final: FinalState, job: str, out: Path) -> Check:
+    log = out / LOG.replace("%j", str(job))
+    if tuple(final) == ("COMPLETED", 0):
+        return Check("job", PASS, f"job {job} COMPLETED, exit code 0")
+    return Check("job", FAIL, f"job {job} {final.state}, exit code {final.exit_code}",
+                 f"read {log}")
+
+
+def collect(out: Path, expect: Expected, final: FinalState | None = None,
+            job: str | None = None) -> list[Check]:
+    """The checks over the reports in ``out``; with the job's final state, its row first."""
+    reports, gathered = load_reports(out)
+    checks = run_checks(reports, gathered, expect)
+    return ([job_check(final, job, out)] if final is not None else []) + checks

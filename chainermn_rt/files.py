@@ -1,0 +1,33 @@
+"""Files the commands write: whole or not at all.
+
+>>> import tempfile, pathlib
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+>>> write_atomically(path, lambda f: f.write("done\\n"))
+>>> path.read_text(), sorted(p.name for p in path.parent.iterdir())
+('done\\n', ['a.txt'])
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+
+def write_atomically(path: Path, write: Callable[[IO], object], binary: bool = False,
+                     mode: int | None = None) -> None:
+    """``write(file)`` into a temporary file beside ``path``, then rename it over ``path``
+    (with permissions ``mode`` when given); on any error nothing is left behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
+            write(f)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,142 @@
+"""The paper's scaling study: the train benchmark at 1 GPU and at 1, 2, 4 ... N nodes.
+
+Each point is a job rendered by the same generator as training jobs, running
+``chainermn-rt bench train --output OUT/<point>.json``; the jobs form a dependency chain
+(one after another, so they never compete). ``OUT/scaling.json`` records what was submitted,
+so a rerun waits for jobs still pending or running, resubmits only points that ended without
+a result, and skips those done. Results are a table (GPUs, images/s, speed-up, parallel
+efficiency relative to one GPU and to one node: the paper's two definitions) and a plot.
+
+>>> [p.name for p in points(max_nodes=8, per_node=4)]
+['1gpu', '1node', '2nodes', '4nodes', '8nodes']
+>>> rows = table([Result(points(2, 2)[0], 100.0), Result(points(2, 2)[1], 190.0),
+...               Result(points(2, 2)[2], 360.0)])
+>>> [(r["gpus"], r["speedup"], r["efficiency_vs_1gpu"], r["efficiency_vs_1node"]) for r in rows]
+[(1, 1.0, 1.0, None), (2, 1.9, 0.95, 1.0), (4, 3.6, 0.9, 0.9473684210526315)]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from chainermn_rt import plotting
+from chainermn_rt.errors import UserError
+from chainermn_rt.files import write_atomically
+
+STATE = "scaling.json"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One job of the study: ``nodes`` x ``per_node`` ranks (one per GPU on GPU partitions)."""
+
+    name: str
+    nodes: int
+    per_node: int
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.per_node
+
+
+@dataclass(frozen=True)
+class Result:
+    point: Point
+    images_per_s: float
+
+
+def points(max_nodes: int, per_node: int) -> list[Point]:
+    """1 GPU (one rank), then 1, 2, 4 ... nodes up to ``max_nodes`` (which is always in)."""
+    if max_nodes < 1 or per_node < 1:
+        raise UserError(f"--max-nodes: {max_nodes}; allowed: 1 or more")
+    counts = [1]
+    while counts[-1] * 2 <= max_nodes:
+        counts.append(counts[-1] * 2)
+    if counts[-1] != max_nodes:
+        counts.append(max_nodes)
+    found = [Point("1gpu", 1, 1)] if per_node > 1 else []
+    return found + [Point("1node" if n == 1 else f"{n}nodes", n, per_node) for n in counts]
+
+
+def table(results: list[Result]) -> list[dict]:
+    """Rows in GPU order; speed-up and efficiencies where their reference point was measured."""
+    results = sorted(results, key=lambda r: (r.point.ranks, r.point.nodes))
+    one_gpu = next((r.images_per_s for r in results if r.point.ranks == 1), None)
+    one_node = next((r for r in results if r.point.nodes == 1 and r.point.name != "1gpu"), None)
+    rows = []
+    for r in results:
+        p = r.point
+        per_gpu = one_gpu and r.images_per_s / one_gpu
+        rows.append({
+            "point": p.name, "nodes": p.nodes, "gpus": p.ranks, "images_per_s": r.images_per_s,
+            "speedup": per_gpu,
+            "efficiency_vs_1gpu": per_gpu and per_gpu / p.ranks,
+            "efficiency_vs_1node": (r.images_per_s / (p.nodes * one_node.images_per_s)
+                                    if one_node and p.per_node == one_node.point.per_node
+                                    else None)})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The table as Markdown (what bench/RESULTS.md and the terminal show)."""
+    def cell(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    lines = ["| GPUs | nodes | images/s | speed-up | efficiency vs 1 GPU | efficiency vs 1 node |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['gpus']} | {r['nodes']} | {r['images_per_s']:.1f} | "
+                     f"{cell(r['speedup'], '.2f')} | {cell(r['efficiency_vs_1gpu'], '.1%')} | "
+                     f"{cell(r['efficiency_vs_1node'], '.1%')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    """Throughput against GPUs on log-log axes with the ideal line from one GPU, as in the
+    ChainerMN paper's scaling figure; each point labelled with its efficiency."""
+    gpus = [r["gpus"] for r in rows]
+    speed = [r["images_per_s"] for r in rows]
+    fig, ax = plotting.axes()
+    if rows and rows[0]["gpus"] == 1:
+        ax.plot(gpus, [speed[0] * g for g in gpus], "--", color="grey", label="ideal (linear)")
+    ax.plot(gpus, speed, "o-", label="measured")
+    for r in rows:
+        if r["efficiency_vs_1gpu"] is not None:
+            ax.annotate(f"{r['efficiency_vs_1gpu']:.0%}", (r["gpus"], r["images_per_s"]),
+                        textcoords="offset points", xytext=(4, -12), fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(gpus, [str(g) for g in gpus])
+    plotting.save(fig, ax, path, title, "GPUs (ranks)", "images/s")
+
+
+def load_state(out: Path) -> dict:
+    """``{point name: {"job": id, ...}}`` of an earlier run in ``out``; {} for a new study."""
+    path = out / STATE
+    if not path.exists():
+        return {}
+    try:
+        state = json.loads(path.read_text())
+        return {name: dict(entry) for name, entry in state["points"].items()}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise UserError(f"--out: {path} is not a scaling study's record; allowed: a folder of "
+                        "one study, or a new one") from None
+
+
+def save_state(out: Path, state: dict, study: dict) -> None:
+    write_atomically(out / STATE, lambda f: json.dump({"study": study, "points": state}, f,
+                                                      indent=1))
+
+
+def read_result(path: Path) -> float | None:
+    """The total images/s a train benchmark wrote, or None when it wrote nothing usable."""
+    try:
+        return float(json.loads(path.read_text())["images_per_s"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def point_record(point: Point, job: str | None) -> dict:
+    return {**asdict(point), "job": job}

@@ -1,0 +1,235 @@
+"""A failing rank ends the whole job: chainermn_rt.abort_on_error, its sitecustomize and the
+per-rank step that installs it (jobs on the Slurm sandbox: test_abort_on_error_sandbox.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from chainermn_rt import abort_on_error
+from chainermn_rt.abort_on_error import PYTHONPATH_DIR, failure_line, install, rank_env
+from chainermn_rt.errors import UserError
+from chainermn_rt.rank_contract import ABORT_ON_ERROR_VAR
+
+from conftest import PYTHON, REPO, clean_launcher_env, mpirun_argv
+
+FAIL = str(REPO / "tests" / "programs" / "fail_rank.py")
+LINE = "chainermn-rt: rank 1 on {host} failed: RuntimeError: rank 1 fails on purpose; " \
+       "aborting the job"
+
+
+def _python(code: str, env: dict, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-c", code], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _env(**extra) -> dict:
+    env = clean_launcher_env()
+    env.pop(ABORT_ON_ERROR_VAR, None)
+    return env | extra
+
+
+# -- the hook, in this process, with a stand-in for mpi4py.MPI ----------------------------------
+class FakeWorld:
+    def __init__(self, size):
+        self.size, self.aborted = size, []
+
+    def Get_size(self):  # noqa: N802 - mpi4py's names
+        return self.size
+
+    def Get_rank(self):  # noqa: N802
+        return 1
+
+    def Abort(self, code):  # noqa: N802
+        self.aborted.append(code)
+
+
+def _fake_mpi(monkeypatch, size=2, initialized=True, finalized=False) -> FakeWorld:
+    world = FakeWorld(size)
+    mpi = types.SimpleNamespace(COMM_WORLD=world, Is_initialized=lambda: initialized,
+                                Is_finalized=lambda: finalized)
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", mpi)
+    return world
+
+
+@pytest.fixture
+def hook(monkeypatch):
+    """Our hook over a recording 'previous' hook; sys.excepthook restored afterwards."""
+    calls = []
+    monkeypatch.setattr(sys, "excepthook", lambda *a: calls.append(a))
+    monkeypatch.delenv(ABORT_ON_ERROR_VAR, raising=False)
+    assert install() is True
+    return calls
+
+
+def test_the_previous_hook_runs_first_then_mpi_abort(hook, monkeypatch, capsys):
+    world = _fake_mpi(monkeypatch)
+    err = RuntimeError("out of data\nsecond line")
+    sys.excepthook(RuntimeError, err, None)
+    assert hook == [(RuntimeError, err, None)]
+    assert world.aborted == [1]
+    host = __import__("socket").gethostname()
+    assert capsys.readouterr().err == (f"chainermn-rt: rank 1 on {host} failed: RuntimeError: "
+                                       "out of data ...; aborting the job\n")
+
+
+def test_a_failing_previous_hook_still_aborts(monkeypatch, capsys):
+    def broken(*_):
+        raise OSError("stderr is gone")
+
+    monkeypatch.setattr(sys, "excepthook", broken)
+    install()
+    world = _fake_mpi(monkeypatch)
+    with pytest.raises(OSError):
+        sys.excepthook(ValueError, ValueError("x"), None)
+    assert world.aborted == [1] and "failed: ValueError: x; aborting" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("state", [dict(size=1), dict(initialized=False),
+                                   dict(finalized=True)])
+def test_no_abort_without_live_mpi_ranks_to_end(hook, monkeypatch, capsys, state):
+    world = _fake_mpi(monkeypatch, **state)
+    sys.excepthook(ValueError, ValueError("x"), None)
+    assert world.aborted == [] and len(hook) == 1 and capsys.readouterr().err == ""
+
+
+def test_a_process_without_mpi_is_unaffected(hook, monkeypatch, capsys):
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+    sys.excepthook(ValueError, ValueError("x"), None)
+    assert len(hook) == 1 and capsys.readouterr().err == ""
+    assert "mpi4py.MPI" not in sys.modules  # the hook never imports MPI itself
+
+
+def test_install_is_idempotent_and_the_switch_turns_it_off(hook, monkeypatch):
+    mine = sys.excepthook
+    assert install() is True and sys.excepthook is mine  # once
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    assert install({ABORT_ON_ERROR_VAR: "0"}) is False
+    assert sys.excepthook is sys.__excepthook__ and not abort_on_error.installed()
+
+
+@pytest.mark.parametrize("value", ["no", "false", "2", " 0", "off"])
+def test_a_bad_switch_value_names_the_variable(value):
+    with pytest.raises(UserError) as err:
+        abort_on_error.enabled({ABORT_ON_ERROR_VAR: value})
+    message = str(err.value)
+    assert message.startswith(f"environment variable {ABORT_ON_ERROR_VAR}=")
+    assert "allowed:" in message and "\n" not in message
+
+
+def test_failure_line_is_one_line():
+    assert failure_line(3, "n1", KeyError, KeyError()) == \
+        "chainermn-rt: rank 3 on n1 failed: KeyError; aborting the job"
+    assert failure_line(0, "n1", SystemError, SystemError("a\nb")).count("\n") == 0
+
+
+# -- the per-rank step's PYTHONPATH --------------------------------------------------------------
+@pytest.mark.parametrize("before, after", [
+    (None, "{d}"),
+    ("", "{d}"),
+    ("/mine", "{d}:/mine"),
+    (":/mine", "{d}::/mine"),        # an empty entry (the working directory) stays
+    ("{d}:/mine", None),             # already there: unchanged
+])
+def test_rank_env_puts_our_folder_first_and_keeps_the_users(before, after):
+    environ = {} if before is None else {"PYTHONPATH": before.format(d=PYTHONPATH_DIR)}
+    expected = {} if after is None else {"PYTHONPATH": after.format(d=PYTHONPATH_DIR)}
+    assert rank_env(environ) == expected
+    assert rank_env({**environ, ABORT_ON_ERROR_VAR: "0"}) == {}
+
+
+def test_pythonpath_dir_holds_only_sitecustomize():
+    assert sorted(p.name for p in PYTHONPATH_DIR.iterdir() if p.name != "__pycache__") == \
+        ["sitecustomize.py"]
+
+
+def test_rank_step_hands_the_command_the_pythonpath(tmp_path):
+    code = "import os; print(os.environ.get('PYTHONPATH'))"
+    argv = [PYTHON, "-m", "chainermn_rt", "rank", "--", PYTHON, "-c", code]
+    on = subprocess.run(argv, env=_env(PYTHONPATH="/mine"), capture_output=True, text=True,
+                        cwd=REPO, timeout=120)
+    assert on.stdout.strip() == f"{PYTHONPATH_DIR}:/mine", on.stderr
+    off = subprocess.run(argv, env=_env(PYTHONPATH="/mine", **{ABORT_ON_ERROR_VAR: "0"}),
+                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert off.stdout.strip() == "/mine", off.stderr
+    bad = subprocess.run(argv, env=_env(**{ABORT_ON_ERROR_VAR: "yes"}), capture_output=True,
+                         text=True, cwd=REPO, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == "", bad
+    assert bad.stderr.splitlines() == [
+        f"chainermn-rt rank: error: environment variable {ABORT_ON_ERROR_VAR}='yes'; allowed: "
+        "1 (the default: a failing rank aborts the job) or 0 (off)"]
+
+
+# -- sitecustomize ------------------------------------------------------------------------------
+INSTALLED = "from chainermn_rt.abort_on_error import installed; print(installed())"
+
+
+def test_sitecustomize_installs_the_hook_unless_switched_off(tmp_path):
+    assert _python(INSTALLED, _env(PYTHONPATH=str(PYTHONPATH_DIR))).stdout == "True\n"
+    off = _env(PYTHONPATH=str(PYTHONPATH_DIR), **{ABORT_ON_ERROR_VAR: "0"})
+    assert _python(INSTALLED, off).stdout == "False\n"
+    assert _python(INSTALLED, _env()).stdout == "False\n"  # not on the path: not installed
+
+
+def test_sitecustomize_with_a_bad_switch_warns_and_python_still_runs():
+    proc = _python("print('ran')", _env(PYTHONPATH=str(PYTHONPATH_DIR),
+                                        **{ABORT_ON_ERROR_VAR: "maybe"}))
+    assert proc.returncode == 0 and proc.stdout == "ran\n"
+    assert proc.stderr.startswith("chainermn-rt: warning: abort-on-error hook not installed: "
+                                  f"environment variable {ABORT_ON_ERROR_VAR}='maybe'")
+
+
+def test_the_sitecustomize_it_hides_still_runs_and_its_hook_chains(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text(
+        "import sys\nprint('their sitecustomize ran', flush=True)\nprevious = sys.excepthook\n"
+        "def hook(*a):\n    print('their hook', flush=True)\n    previous(*a)\n"
+        "sys.excepthook = hook\n")
+    env = _env(PYTHONPATH=f"{PYTHONPATH_DIR}:{theirs}")
+    proc = _python("import sitecustomize as s; print(s.hidden.__file__); raise KeyError('k')",
+                   env)
+    assert proc.stdout.splitlines() == ["their sitecustomize ran", str(theirs / "sitecustomize.py"),
+                                        "their hook"]
+    assert proc.returncode == 1 and proc.stderr.endswith("KeyError: 'k'\n")  # no MPI: as usual
+
+
+def test_an_exception_without_mpi_is_reported_as_usual():
+    code = "import sys; sys.stdout.write('out'); raise ValueError('plain')"
+    with_hook = _python(code, _env(PYTHONPATH=str(PYTHONPATH_DIR)))
+    without = _python(code, _env())
+    assert (with_hook.returncode, with_hook.stdout) == (without.returncode, without.stdout) == \
+        (1, "out")
+    assert with_hook.stderr == without.stderr and "chainermn-rt" not in with_hook.stderr
+
+
+# -- real ranks (mpirun): rank 1 raises while rank 0 waits in an allreduce -----------------------
+@pytest.mark.mpi
+@pytest.mark.parametrize("setup", [False, True], ids=["plain", "setup"])
+def test_a_failing_rank_under_the_rank_step_ends_mpirun(setup):
+    """The 120 s timeout only stops a hang from blocking the suite; it is not a speed check."""
+    argv = mpirun_argv(2) + [PYTHON, "-m", "chainermn_rt", "rank", "--", PYTHON, FAIL,
+                             *(["--setup"] if setup else [])]
+    proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert proc.returncode != 0
+    host = __import__("socket").gethostname()
+    assert LINE.format(host=host) in proc.stderr.splitlines(), proc.stderr
+    assert "second allreduce returned" not in proc.stdout
+    assert "Traceback" in proc.stderr  # the usual report comes first
+
+
+def test_setup_installs_the_same_hook_unless_switched_off():
+    code = "import chainermn_rt; chainermn_rt.setup('naive'); " + INSTALLED
+    assert _python(code, _env()).stdout == "True\n"
+    assert _python(code, _env(**{ABORT_ON_ERROR_VAR: "0"})).stdout == "False\n"
+
+
+def test_the_variable_is_documented():
+    docs = (REPO / "docs" / "site-profiles.md").read_text()
+    assert f"`{ABORT_ON_ERROR_VAR}`" in docs
+    assert os.path.isfile(PYTHONPATH_DIR / "sitecustomize.py")
