@@ -17,6 +17,7 @@ set -euo pipefail
 
 export OMPI_MCA_pml=ob1
 export OMPI_MCA_btl=self,vader,tcp
+export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export MSG='it'"'"'s $(id) `id` ;"x"'

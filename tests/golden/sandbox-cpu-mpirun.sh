@@ -16,6 +16,7 @@ set -euo pipefail
 
 export OMPI_MCA_pml=ob1
 export OMPI_MCA_btl=self,vader,tcp
+export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CHAINERMN_RT_SLOTS='[{"gpu":null,"numa":0,"cpus":"0","hcas":[]},{"gpu":null,"numa":0,"cpus":"1","hcas":[]}]'
