@@ -51,14 +51,12 @@ def _ranks(reports: Reports) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def _listed(bad: list[tuple[str, str]]) -> str:
-    """The findings of (node, text) pairs: the first two, then how many more."""
+def _failed(name: str, bad: list[tuple[str, str]], hint: str, consequence: str = "") -> Check:
+    """FAIL with the findings of (node, text) pairs (the first two, then how many more), the
+    nodes blamed for them."""
     more = f" (and {len(bad) - 2} more)" if len(bad) > 2 else ""
-    return "; ".join(text for _, text in bad[:2]) + more
-
-
-def _blamed(bad: list[tuple[str, str]]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(node for node, _ in bad))
+    reason = "; ".join(text for _, text in bad[:2]) + more + consequence
+    return Check(name, FAIL, reason, hint, tuple(dict.fromkeys(node for node, _ in bad)))
 
 
 def _cpus(cpus: list[int]) -> str:
@@ -104,9 +102,8 @@ def all_reported(reports: Reports, expected: Expected) -> Check:
     placed = [(r["node"], f"rank {_rank(r)} on {r['node']}: {r['errors'][0]}")
               for r in sorted(reports, key=_rank) if r.get("errors")]
     if placed:
-        return Check("reports", FAIL, _listed(placed),
-                     "the rank could not read its place (launcher variables, slot table, GPUs)",
-                     _blamed(placed))
+        return _failed("reports", placed,
+                       "the rank could not read its place (launcher variables, slot table, GPUs)")
     return Check("reports", PASS, f"{expected.ranks} of {expected.ranks} ranks reported from "
                                   f"{len(by_node(reports))} node(s): {', '.join(by_node(reports))}")
 
@@ -225,10 +222,9 @@ def gpu_per_rank(reports: Reports) -> Check:
         bad += [(node, f"{node}: {_ranks(us)} all use GPU {g}")
                 for g, us in users.items() if len(us) > 1]
     if bad:
-        return Check(name, FAIL, _listed(bad),
-                     "one rank per GPU: let `chainermn-rt rank` pick it (no --gpu-bind=map_gpu "
-                     "or SLURM_GPU_BIND, no CUDA_VISIBLE_DEVICES of one GPU for every rank)",
-                     _blamed(bad))
+        return _failed(name, bad,
+                       "one rank per GPU: let `chainermn-rt rank` pick it (no --gpu-bind=map_gpu "
+                       "or SLURM_GPU_BIND, no CUDA_VISIBLE_DEVICES of one GPU for every rank)")
     return Check(name, PASS, f"{len(gpu)} ranks, each on a GPU of its own")
 
 
@@ -247,10 +243,10 @@ def gpu_visibility(reports: Reports) -> Check:
             bad.append((node, f"{node}: {_ranks(hidden)} see {hidden[0]['visible_gpus']} GPU(s) "
                               f"(CUDA_VISIBLE_DEVICES={shown}) of the {used} its ranks use"))
     if bad:
-        return Check(name, FAIL, _listed(bad) + ": CUDA IPC between ranks fails",
-                     "no per-task GPU isolation (--gpus-per-task, --gpu-bind=single/map_gpu, a "
-                     "container restricting devices): request --gpus-per-node",
-                     _blamed(bad))
+        return _failed(name, bad,
+                       "no per-task GPU isolation (--gpus-per-task, --gpu-bind=single/map_gpu, a "
+                       "container restricting devices): request --gpus-per-node",
+                       ": CUDA IPC between ranks fails")
     return Check(name, PASS, "every rank sees all the GPUs of its node's ranks")
 
 
@@ -271,10 +267,10 @@ def cpu_sharing(reports: Reports) -> Check:
                               f"{_cpus(set(a['cpus']) & set(b['cpus']))} while CPU(s) "
                               f"{_cpus(idle)} stay idle"))
     if bad:
-        return Check(name, FAIL, _listed(bad),
-                     "give each slot of the profile's topology CPUs of its own (cpus of "
-                     "[topology.NAME] slots, near the slot's GPU); ranks on one GPU share its "
-                     "slot too", _blamed(bad))
+        return _failed(name, bad,
+                       "give each slot of the profile's topology CPUs of its own (cpus of "
+                       "[topology.NAME] slots, near the slot's GPU); ranks on one GPU share its "
+                       "slot too")
     return Check(name, PASS, "no ranks share CPUs while other CPUs of their node stay idle")
 
 
@@ -303,9 +299,8 @@ def numa(reports: Reports) -> Check:
     if not seen:
         return Check(name, NA, "no rank with a GPU whose NUMA node is known")
     if bad:
-        return Check(name, FAIL, _listed(bad),
-                     "set each slot's numa and cpus to its GPU's NUMA node (nvidia-smi topo -m)",
-                     _blamed(bad))
+        return _failed(name, bad,
+                       "set each slot's numa and cpus to its GPU's NUMA node (nvidia-smi topo -m)")
     return Check(name, PASS, f"{seen} ranks: CPUs and memory on their GPU's NUMA node")
 
 
@@ -320,10 +315,9 @@ def rank_order(reports: Reports) -> Check:
             bad.append((node, f"{node}: consecutive ranks {_rank(rs[0])}-{_rank(rs[-1])} sit on "
                               f"NUMA nodes {', '.join(map(str, seq))}"))
     if bad:
-        return Check(name, FAIL, _listed(bad),
-                     "place consecutive ranks on one socket: block distribution "
-                     "(srun -m block:block), topology slots in GPU order with each GPU's CPUs",
-                     _blamed(bad))
+        return _failed(name, bad,
+                       "place consecutive ranks on one socket: block distribution "
+                       "(srun -m block:block), topology slots in GPU order with each GPU's CPUs")
     return Check(name, PASS, "no node's consecutive ranks alternate between NUMA nodes")
 
 
@@ -339,9 +333,9 @@ def nccl_ib_hca(reports: Reports) -> Check:
             bad.append((node, f"{node}: NCCL_IB_HCA is "
                               + ", ".join(f"{v} on {_ranks(g)}" for v, g in values.items())))
     if bad:
-        return Check(name, FAIL, _listed(bad),
-                     "set NCCL_IB_HCA to all of a node's HCAs on every rank; pin one NIC per rank "
-                     "with UCX_NET_DEVICES (MPI) instead", _blamed(bad))
+        return _failed(name, bad,
+                       "set NCCL_IB_HCA to all of a node's HCAs on every rank; pin one NIC per "
+                       "rank with UCX_NET_DEVICES (MPI) instead")
     return Check(name, PASS, "the same NCCL_IB_HCA on every rank of each node")
 
 
