@@ -122,6 +122,15 @@ def test_no_build_caches_or_sources_are_left(engine, cpu_image):
     assert out.split() == [], out
 
 
+def test_no_world_writable_files_under_the_application_paths(engine, cpu_image):
+    """Nobody but the image's owner may change its Python, its code or the user's home."""
+    prefix = load()["image"]["prefix"]
+    script = (f"find {prefix} /home -xdev -perm -0002 ! -type l 2>/dev/null; "
+              f"test -d {prefix}/venv && echo venv-present")
+    out = docker_run(engine, cpu_image, "sh", "-c", script).stdout
+    assert out.split() == ["venv-present"], out
+
+
 def _host_only_certificates() -> list[str]:
     """Base64 bodies of the host bundle's certificates that public bundles lack (a proxy's CA)."""
     from pip._vendor import certifi
