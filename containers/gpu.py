@@ -24,13 +24,13 @@ from containers.blocks import (
     user,
 )
 from containers.recipe import Recipe, Stage
+from containers.stack import labelled_python, system_versions
 from containers.versions import package_version, pip_pin, python_pins
 
 DOWNLOAD_PACKAGES = ["curl", "bzip2", "ca-certificates"]
 
 
 def gpu_recipe(v: dict) -> Recipe:
-    from containers.flavors import labelled_python, system_versions
 
     prefix, src = v["image"]["prefix"], v["image"]["prefix"] + "/src"
     venv = f"{prefix}/venv"
