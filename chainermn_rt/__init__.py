@@ -15,6 +15,7 @@ from __future__ import annotations
 from chainermn_rt.communicators import create_communicator
 from chainermn_rt.job_env import JobEnvironment, LauncherMismatch, check_against_mpi
 from chainermn_rt.runtime import setup
+from chainermn_rt.snapshots import resumable
 
 __all__ = ["JobEnvironment", "LauncherMismatch", "check_against_mpi", "create_communicator",
-           "setup"]
+           "resumable", "setup"]

@@ -17,7 +17,14 @@ import sys
 from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.rank_contract import RANK_LOG_PATTERN, RANK_LOG_VAR, SLOTS_VAR, dump_slots
+from chainermn_rt.rank_contract import (
+    RANK_LOG_PATTERN,
+    RANK_LOG_VAR,
+    SLOTS_VAR,
+    STOP_DONE_SUFFIX,
+    STOP_FILE_VAR,
+    dump_slots,
+)
 from chainermn_rt.site import (
     ENV_NAME,
     LAUNCHERS,
@@ -57,6 +64,29 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Stop:
+    """What the batch shell does on the site's signal (time limit, preemption): create the stop
+    file, wait up to ``wait_s`` for the ranks' snapshot, then requeue while the job has been
+    requeued fewer than ``max_requeues`` times."""
+
+    signal: str
+    wait_s: int
+    max_requeues: int
+    file_var: str = STOP_FILE_VAR
+    done_suffix: str = STOP_DONE_SUFFIX
+
+
+def stop_of(site: Site) -> Stop | None:
+    """The shell's stop handling, from ``signal = "SIG@SECONDS"``: it waits for the snapshot
+    until 15 s before the limit (at least half the lead)."""
+    if not site.signal:
+        return None
+    name, _, lead = site.signal.partition("@")
+    return Stop(name, max(int(lead) - 15, int(lead) // 2),
+                site.max_requeues if site.requeue else 0)
+
+
+@dataclass(frozen=True)
 class Plan:
     """The decided job: #SBATCH options, environment, and the launch line as argv lists."""
 
@@ -73,6 +103,7 @@ class Plan:
     tasks_per_node: int
     cpus_per_task: int
     gpus_per_node: int
+    stop: Stop | None = None
 
     @property
     def world_size(self) -> int:
@@ -220,9 +251,9 @@ def make_plan(site: Site, req: Request) -> Plan:
         sbatch.append(("qos", check_printable(qos, "--qos")))
     sbatch.append(("output", log))
     if site.signal:
-        sbatch.append(("signal", site.signal))
+        sbatch.append(("signal", f"B:{site.signal}"))  # the shell's trap handles it
     if site.requeue:
-        sbatch.append(("requeue", None))
+        sbatch.extend([("requeue", None), ("open-mode", "append")])
     sbatch.extend({**dict(site.sbatch), **dict(part.sbatch)}.items())  # the partition's win
 
     return Plan(
@@ -231,4 +262,5 @@ def make_plan(site: Site, req: Request) -> Plan:
         launch=_launch(site, req, runtime, tasks_per_node, pyxis_flags),
         container=container, rank_step=(python, "-m", "chainermn_rt", "rank", "--"),
         command=tuple(req.command), partition=part.name, nodes=req.nodes,
-        tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus)
+        tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus,
+        stop=stop_of(site))

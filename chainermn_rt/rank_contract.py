@@ -29,6 +29,11 @@ RANK_LOG_PATTERN = "%x-%j.rank%r.out"
 VERBOSE_VAR = "CHAINERMN_RT_VERBOSE"
 # "0": an uncaught exception on a rank no longer aborts the whole job (abort_on_error).
 ABORT_ON_ERROR_VAR = "CHAINERMN_RT_ABORT_ON_ERROR"
+# A file the batch shell creates when its time-limit or preemption signal comes: rank 0 of a
+# program using chainermn_rt.resumable then has every rank write a snapshot and stop, and
+# writes STOP_FILE + STOP_DONE_SUFFIX (holding the snapshot's folder) for the shell to requeue.
+STOP_FILE_VAR = "CHAINERMN_RT_STOP_FILE"
+STOP_DONE_SUFFIX = ".done"
 
 CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
 CPU_LIST_ALLOWED = "a CPU list such as \"0-13,56-69\""

@@ -47,6 +47,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 MEMORY = re.compile(r"(\d+)([KMGT]?)\Z")
 SANDBOX_MAX_NODES = 8
+# Signals the batch shell may trap for the time limit or preemption (--signal=B:SIG@SECONDS).
+BATCH_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "URG", "XCPU")
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")
 _RANKS = "--gpus-per-node or --ranks-per-node"
@@ -65,6 +67,7 @@ PLAN_SBATCH_OPTIONS = {
     "account": "account or --account", "qos": "qos or --qos",
     "output": "--log", "error": "--log (the job's output and errors share it)",
     "signal": "signal", "requeue": "requeue", "no-requeue": "requeue = false",
+    "open-mode": "requeue (a requeued job appends to its log)",
 }
 
 
@@ -161,13 +164,14 @@ class Site:
     account: str | None
     qos: str | None
     python: str | None
-    signal: str | None
+    signal: str | None  # "USR2@90": the batch shell's signal and its lead before the time limit
     requeue: bool
     socket_ifname: str | None
     sbatch: tuple[tuple[str, str | None], ...] = ()  # extra options; None: a flag
     sandbox: SandboxTable | None = None
     # [checks] allreduce_busbw_gbps: the bus bandwidth `chainermn-rt doctor` expects (GB/s)
     allreduce_busbw_gbps: float | None = None
+    max_requeues: int = 3  # requeues of one job after a snapshot on the signal (with requeue)
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one (the one marked default, else the first)."""
@@ -384,6 +388,21 @@ def _checks(data: Any) -> float | None:
     return None if busbw is None else float(busbw)
 
 
+SIGNAL_ALLOWED = ("[B:]SIG@SECONDS with SIG one of " + ", ".join(BATCH_SIGNALS)
+                  + " and SECONDS 10-65535, e.g. \"USR2@90\"")
+
+
+def _signal(text: str | None) -> str | None:
+    """``[B:]SIG@SECONDS`` -> ``SIG@SECONDS``: the batch shell traps it, so it always goes to the
+    shell alone (``B:``); a signal the ranks got would kill them."""
+    if text is None:
+        return None
+    m = re.match(r"(?:B:)?([A-Z0-9]+)@(\d+)\Z", text) if isinstance(text, str) else None
+    if not m or m.group(1) not in BATCH_SIGNALS or not 10 <= int(m.group(2)) <= 65535:
+        raise UserError(f"signal: {text!r} is not allowed; allowed: {SIGNAL_ALLOWED}")
+    return f"{m.group(1)}@{int(m.group(2))}"
+
+
 def parse_site(data: dict[str, Any], path: Path) -> Site:
     """Validate the parsed TOML of a profile; :class:`UserError` names the first bad field."""
     t = _Table(data, "")
@@ -407,10 +426,7 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         raise UserError(f"partitions: duplicate names {names}; allowed: each name once")
     if sum(p.default for p in parts) > 1:
         raise UserError("partitions: more than one has default = true; allowed: at most one")
-    signal = t.get("signal", str, None, allowed="SIG@SECONDS, e.g. \"USR2@90\"")
-    if signal is not None and not re.match(r"(B:)?[A-Z0-9]+@\d+\Z", signal):
-        raise UserError(f"signal: {signal!r} is not allowed; allowed: [B:]SIG@SECONDS, e.g. "
-                        "\"USR2@90\"")
+    signal = _signal(t.get("signal", str, None, allowed=SIGNAL_ALLOWED))
     site = Site(
         name=name, path=path, description=t.get("description", str, ""),
         launcher=t.choice("launcher", LAUNCHERS),
@@ -422,10 +438,13 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         account=t.text("account", None), qos=t.text("qos", None),
         python=t.get("python", str, None),
         signal=signal, requeue=t.get("requeue", bool, False),
+        max_requeues=t.get("max_requeues", int, 3, allowed="0-1000"),
         socket_ifname=t.get("socket_ifname", str, None),
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
         sandbox=_sandbox(t.get("sandbox", dict, None)),
         allreduce_busbw_gbps=_checks(t.get("checks", dict, None)))
+    if not 0 <= site.max_requeues <= 1000:
+        raise UserError(f"max_requeues: {site.max_requeues!r}; allowed: 0-1000")
     t.done()
     return site
 

@@ -17,6 +17,8 @@ import chainer
 import chainermn
 from chainer.training import extensions
 
+import chainermn_rt
+
 
 def add_common_arguments(parser, *, batchsize: int, iterations: int) -> None:
     parser.add_argument("--batchsize", "-b", type=int, default=batchsize,
@@ -28,14 +30,19 @@ def add_common_arguments(parser, *, batchsize: int, iterations: int) -> None:
     parser.add_argument("--out", "-o", default="result", help="logs and snapshots")
     parser.add_argument("--log-every", type=int, default=10, help="iterations per log entry")
     parser.add_argument("--snapshot-every", type=int, default=0,
-                        help="save a trainer snapshot every N iterations (0: never)")
-    parser.add_argument("--resume", default="", help="snapshot to resume from")
+                        help="write a snapshot set to OUT/snapshots every N iterations (0: only "
+                             "when the job's time-limit or preemption signal comes)")
+    parser.add_argument("--keep", type=int, default=2, help="snapshot sets to keep")
+    parser.add_argument("--resume", default="",
+                        help="snapshot set to resume from (default: the newest complete one in "
+                             "OUT/snapshots, if any)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--seed", type=int, default=0)
 
 
 def make_trainer(args, comm, updater, evaluator):
-    """A trainer with the multi-node evaluator; logging, progress and snapshots on rank 0."""
+    """A trainer with the multi-node evaluator, logging and progress on rank 0, resumable from
+    its snapshots (chainermn_rt.resumable)."""
     trainer = chainer.training.Trainer(updater, (args.iterations, "iteration"), out=args.out)
     every = (args.log_every, "iteration")
     trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm), trigger=every)
@@ -46,12 +53,8 @@ def make_trainer(args, comm, updater, evaluator):
              "validation/main/accuracy", "elapsed_time"]), trigger=every)
         if not args.no_progress:
             trainer.extend(extensions.ProgressBar(update_interval=1))
-        if args.snapshot_every:
-            trainer.extend(extensions.snapshot(filename="snapshot_iter_{.updater.iteration}"),
-                           trigger=(args.snapshot_every, "iteration"))
-    if args.resume:
-        # rank 0 wrote it; parameters and optimizer state are the same on every rank
-        chainer.serializers.load_npz(args.resume, trainer)
+    chainermn_rt.resumable(trainer, comm, every=args.snapshot_every, keep=args.keep,
+                           resume=args.resume or None)
     return trainer
 
 

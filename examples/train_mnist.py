@@ -7,7 +7,7 @@ gradients are averaged by the communicator ``chainermn_rt.setup()`` picks.
 
     mpirun -np 2 python examples/train_mnist.py --iterations 200
     srun --mpi=pmix python examples/train_mnist.py --snapshot-every 100
-    mpirun -np 2 python examples/train_mnist.py --resume result/snapshot_iter_100
+    mpirun -np 2 python examples/train_mnist.py      # goes on from result/snapshots/iter_*
 
 Ends with each rank's parameter digest and the throughput (images/s).
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import types
 
 import pytest
@@ -51,7 +52,9 @@ class FakeWorld:
 def _fake_mpi(monkeypatch, size=2, initialized=True, finalized=False) -> FakeWorld:
     world = FakeWorld(size)
     mpi = types.SimpleNamespace(COMM_WORLD=world, Is_initialized=lambda: initialized,
-                                Is_finalized=lambda: finalized)
+                                Is_finalized=lambda: finalized,
+                                _set_abort_status=lambda code: world.aborted.append(("at exit",
+                                                                                     code)))
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", mpi)
     return world
 
@@ -61,6 +64,9 @@ def hook(monkeypatch):
     """Our hook over a recording 'previous' hook; sys.excepthook restored afterwards."""
     calls = []
     monkeypatch.setattr(sys, "excepthook", lambda *a: calls.append(a))
+    monkeypatch.setattr(threading, "excepthook", lambda args: calls.append(args))
+    monkeypatch.setattr(sys, "exit", sys.exit)  # restored after the test
+    monkeypatch.setattr(abort_on_error, "_exit_status", None)
     monkeypatch.delenv(ABORT_ON_ERROR_VAR, raising=False)
     assert install() is True
     return calls
@@ -198,6 +204,42 @@ def test_the_sitecustomize_it_hides_still_runs_and_its_hook_chains(tmp_path):
     assert proc.returncode == 1 and proc.stderr.endswith("KeyError: 'k'\n")  # no MPI: as usual
 
 
+def test_sys_exit_with_a_status_aborts_at_exit_instead_of_finalising(hook, monkeypatch, capsys):
+    world = _fake_mpi(monkeypatch)
+    with pytest.raises(SystemExit):
+        sys.exit(0)
+    abort_on_error._abort_at_exit()
+    assert world.aborted == [] and capsys.readouterr().err == ""
+    with pytest.raises(SystemExit) as raised:
+        sys.exit(3)
+    assert raised.value.code == 3 and world.aborted == []  # not before the process exits
+    abort_on_error._abort_at_exit()
+    assert world.aborted == [("at exit", 3)]
+    assert "chainermn-rt: rank 1 on " in capsys.readouterr().err
+
+
+def test_an_uncaught_exception_in_a_thread_aborts(hook, monkeypatch, capsys):
+    world = _fake_mpi(monkeypatch)
+    thread = threading.Thread(target=lambda: 1 / 0, name="loader")
+    thread.start()
+    thread.join()
+    assert world.aborted == [1] and len(hook) == 1  # the previous thread hook ran first
+    assert "failed in thread 'loader': ZeroDivisionError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("everywhere, shown", [(False, True), (True, False)])
+def test_a_user_error_is_one_line_and_aborts_with_status_2(hook, monkeypatch, capsys,
+                                                           everywhere, shown):
+    from chainermn_rt.snapshots import SnapshotError
+
+    world = _fake_mpi(monkeypatch)  # rank 1: prints an error every rank raised only on rank 0
+    error = SnapshotError("resume: snapshot x: manifest.json: missing", everywhere=everywhere)
+    sys.excepthook(SnapshotError, error, None)
+    err = capsys.readouterr().err
+    assert world.aborted == [2] and hook == []  # no traceback
+    assert ("chainermn-rt: error: resume: snapshot x: manifest.json: missing" in err) is shown
+
+
 def test_an_exception_without_mpi_is_reported_as_usual():
     code = "import sys; sys.stdout.write('out'); raise ValueError('plain')"
     with_hook = _python(code, _env(PYTHONPATH=str(PYTHONPATH_DIR)))
@@ -221,6 +263,22 @@ def test_a_failing_rank_under_the_rank_step_ends_mpirun(setup):
     assert LINE.format(host=host) in proc.stderr.splitlines(), proc.stderr
     assert "second allreduce returned" not in proc.stdout
     assert "Traceback" in proc.stderr  # the usual report comes first
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("how, line", [
+    ("exit", "chainermn-rt: rank 1 on {host} exited with status 3; aborting the job"),
+    ("thread", "chainermn-rt: rank 1 on {host} failed in thread 'loader': RuntimeError: rank 1's "
+               "loader fails on purpose; aborting the job")])
+def test_sys_exit_and_a_failing_thread_under_the_rank_step_end_mpirun(how, line):
+    argv = mpirun_argv(2) + [PYTHON, "-m", "chainermn_rt", "rank", "--", PYTHON, FAIL,
+                             "--how", how]
+    proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert proc.returncode != 0
+    host = __import__("socket").gethostname()
+    assert line.format(host=host) in proc.stderr.splitlines(), proc.stderr
+    assert "second allreduce returned" not in proc.stdout
 
 
 def test_setup_installs_the_same_hook_unless_switched_off():

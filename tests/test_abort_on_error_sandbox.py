@@ -77,3 +77,14 @@ def test_a_killed_rank_ends_the_job(sandbox, tmp_path, launcher):
     state, text = _job(sandbox, tmp_path, launcher, "--how", "kill")
     assert state.state not in ("COMPLETED", "TIMEOUT"), f"{state}\n{text[-3000:]}"
     assert "second allreduce returned" not in text
+
+
+@pytest.mark.parametrize("how, line", [
+    ("exit", "chainermn-rt: rank 1 on {host} exited with status 3; aborting the job"),
+    ("thread", "chainermn-rt: rank 1 on {host} failed in thread 'loader': RuntimeError: rank 1's "
+               "loader fails on purpose; aborting the job")])
+def test_sys_exit_and_a_failing_thread_end_the_job(sandbox, tmp_path, how, line):
+    state, text = _job(sandbox, tmp_path, "srun", "--how", how)
+    assert state.state == "FAILED", f"{state}\n{text[-3000:]}"  # a hang would be TIMEOUT
+    assert line.format(host=_host_of_rank(text, 1)) in text, text[-3000:]
+    assert "second allreduce returned" not in text

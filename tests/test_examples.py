@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -46,21 +47,57 @@ def check_run(stdout: str, out, images: int) -> list[tuple[int, float]]:
     return losses(out)
 
 
+def tree(path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
 @pytest.mark.mpi
-def test_mnist_trains_snapshots_and_resumes(tmp_path):
+def test_mnist_snapshots_and_resumes_bit_identically(tmp_path):
+    """40 iterations straight vs. resumed from iteration 20 (named, found, or found past a
+    damaged newer set): the same parameters to the last bit."""
     out = tmp_path / "mnist"
-    proc = run_mpi(2, MNIST + ["--iterations", "40", "--snapshot-every", "20", "--out", str(out)])
+    run = MNIST + ["--iterations", "40", "--snapshot-every", "20", "--keep", "5"]
+    proc = run_mpi(2, run + ["--out", str(out)])
     log = check_run(proc.stdout, out, images=40 * 2 * 50)
+    straight = digests(proc.stdout)[0]
     assert [i for i, _ in log] == [10, 20, 30, 40]
     assert log[-1][1] < 0.8 * log[0][1], log
-    assert (out / "snapshot_iter_20").is_file() and (out / "snapshot_iter_40").is_file()
+    sets = out / "snapshots"
+    assert sorted(p.name for p in sets.iterdir()) == ["iter_000000020", "iter_000000040"]
 
-    resumed = tmp_path / "resumed"
-    proc = run_mpi(2, MNIST + ["--iterations", "40", "--out", str(resumed),
-                               "--resume", str(out / "snapshot_iter_20")])
-    log = check_run(proc.stdout, resumed, images=20 * 2 * 50)  # only iterations 21..40 ran
+    named = tmp_path / "named"
+    proc = run_mpi(2, run + ["--out", str(named), "--resume", str(sets / "iter_000000020")])
+    log = check_run(proc.stdout, named, images=20 * 2 * 50)  # only iterations 21..40 ran
     assert [i for i, _ in log] == [10, 20, 30, 40]  # the log went on from the snapshot's
-    assert log[-1][1] < log[0][1]
+    assert digests(proc.stdout)[0] == straight
+
+    found = tmp_path / "found"
+    shutil.copytree(out, found)
+    shutil.rmtree(found / "snapshots" / "iter_000000040")
+    proc = run_mpi(2, run + ["--out", str(found)])
+    check_run(proc.stdout, found, images=20 * 2 * 50)
+    assert digests(proc.stdout)[0] == straight
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    newest = damaged / "snapshots" / "iter_000000040" / "rank_00001.npz"
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated
+    before = tree(damaged)
+    proc = run_mpi(2, run + ["--out", str(tmp_path / "x"), "--resume", str(newest.parent)],
+                   check=False)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "chainermn-rt: error" in line]
+    assert errors == [f"chainermn-rt: error: resume: snapshot {newest.parent}: rank_00001.npz: "
+                      "its sha256 differs from the manifest's (damaged or truncated); allowed: "
+                      "the file as written"], proc.stderr
+    assert tree(damaged) == before and not (tmp_path / "x").exists()  # nothing written
+
+    proc = run_mpi(2, run + ["--out", str(damaged)])
+    assert f"chainermn-rt: warning: skipping snapshot {newest.parent}: rank_00001.npz" \
+        in proc.stderr
+    check_run(proc.stdout, damaged, images=20 * 2 * 50)
+    assert digests(proc.stdout)[0] == straight
 
 
 @pytest.mark.mpi

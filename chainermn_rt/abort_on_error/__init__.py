@@ -1,12 +1,18 @@
-"""One rank's uncaught exception ends the whole MPI job instead of hanging it.
+"""One rank's failure ends the whole MPI job instead of hanging it.
 
 Without this, the other ranks wait in a collective for the failed one, and so does the failed
-one's MPI finalisation: the job lives until its time limit. :func:`install` wraps
-``sys.excepthook``; the hook before it still runs first (the traceback is printed as usual).
-Then, in a process whose mpi4py MPI is initialised, not finalised and has more than one rank,
-the hook prints one line and calls ``MPI.COMM_WORLD.Abort(1)``::
+one's MPI finalisation: the job lives until its time limit. :func:`install` covers three ways
+a rank fails, each only in a process whose mpi4py MPI is initialised, not finalised and has
+more than one rank:
+
+- an uncaught exception (``sys.excepthook``, and ``threading.excepthook`` for other threads):
+  the hook before it still runs first (the traceback is printed as usual; a
+  :class:`~chainermn_rt.errors.UserError` is one line instead), then one line and
+  ``MPI.COMM_WORLD.Abort`` (status 2 for a UserError, else 1)::
 
     chainermn-rt: rank 1 on node2 failed: RuntimeError: out of data; aborting the job
+
+- ``sys.exit(N)`` with N not 0: at exit, one line, then mpi4py aborts instead of finalising.
 
 ``chainermn_rt.setup()`` installs it; for scripts that never call ``setup()``, ``chainermn-rt
 rank`` puts :data:`PYTHONPATH_DIR` first on ``PYTHONPATH`` (:func:`rank_env`): its
@@ -21,9 +27,11 @@ True
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -55,17 +63,67 @@ def install(environ: Mapping[str, str] | None = None) -> bool:
         return False
     if installed():
         return True
-    previous = sys.excepthook
+    previous, previous_thread_hook, previous_exit = sys.excepthook, threading.excepthook, sys.exit
 
     def hook(exc_type, value, tb):
         try:
-            previous(exc_type, value, tb)
+            if isinstance(value, UserError):
+                if _shows(value):
+                    print(f"chainermn-rt: error: {value}", file=sys.stderr, flush=True)
+            else:
+                previous(exc_type, value, tb)
         finally:
             abort_if_mpi(exc_type, value)
 
+    def thread_hook(args):
+        try:
+            previous_thread_hook(args)
+        finally:
+            if args.exc_type is not SystemExit:
+                abort_if_mpi(args.exc_type, args.exc_value, args.thread)
+
+    def exit_(status=None):
+        global _exit_status
+        code = status if isinstance(status, int) else (0 if status is None else 1)
+        _exit_status = code if code else None
+        previous_exit(status)
+
     setattr(hook, _MARK, True)
-    sys.excepthook = hook
+    sys.excepthook, threading.excepthook, sys.exit = hook, thread_hook, exit_
+    atexit.register(_abort_at_exit)
     return True
+
+
+_exit_status: int | None = None  # sys.exit's last non-zero status
+
+
+def _shows(value: BaseException) -> bool:
+    """A UserError every rank raised alike is printed by rank 0 alone."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if not getattr(value, "everywhere", False) or mpi is None or not mpi.Is_initialized() \
+            or mpi.Is_finalized():
+        return True
+    return mpi.COMM_WORLD.Get_rank() == 0
+
+
+def _abort_at_exit() -> None:
+    """Runs before mpi4py finalises MPI: after sys.exit(N), N not 0, abort instead."""
+    mpi = _live_world()
+    if _exit_status is None or mpi is None:
+        return
+    world = mpi.COMM_WORLD
+    print(f"chainermn-rt: rank {world.Get_rank()} on {socket.gethostname()} exited with "
+          f"status {_exit_status}; aborting the job", file=sys.stderr, flush=True)
+    mpi._set_abort_status(_exit_status)
+
+
+def _live_world():
+    """mpi4py's MPI module when it is initialised, not finalised, with several ranks."""
+    mpi = sys.modules.get("mpi4py.MPI")  # never imported here: a process without MPI is left be
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() \
+            or mpi.COMM_WORLD.Get_size() < 2:
+        return None
+    return mpi
 
 
 def failure_line(rank: int, host: str, exc_type: type, value: BaseException | None) -> str:
@@ -76,22 +134,22 @@ def failure_line(rank: int, host: str, exc_type: type, value: BaseException | No
     return f"chainermn-rt: rank {rank} on {host} failed: {what}; aborting the job"
 
 
-def abort_if_mpi(exc_type: type, value: BaseException | None) -> None:
+def abort_if_mpi(exc_type: type, value: BaseException | None, thread=None) -> None:
     """``MPI_Abort`` the job when this process is one of several live MPI ranks; else nothing."""
-    mpi = sys.modules.get("mpi4py.MPI")  # never imported here: a process without MPI is left be
-    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+    mpi = _live_world()
+    if mpi is None:
         return
     world = mpi.COMM_WORLD
-    if world.Get_size() < 2:
-        return
     for stream in (sys.stdout, sys.stderr):  # Abort does not flush Python's buffers
         try:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
-    print(failure_line(world.Get_rank(), socket.gethostname(), exc_type, value),
-          file=sys.stderr, flush=True)
-    world.Abort(1)
+    line = failure_line(world.Get_rank(), socket.gethostname(), exc_type, value)
+    if thread is not None:
+        line = line.replace(" failed:", f" failed in thread {thread.name!r}:", 1)
+    print(line, file=sys.stderr, flush=True)
+    world.Abort(exc_type.exit_status if issubclass(exc_type, UserError) else 1)
 
 
 def rank_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -11,8 +11,9 @@
 #SBATCH --gpus-per-node=1
 #SBATCH --time=00:30:00
 #SBATCH --output=%x-%j.out
-#SBATCH --signal=USR2@60
+#SBATCH --signal=B:USR2@60
 #SBATCH --requeue
+#SBATCH --open-mode=append
 set -euo pipefail
 
 export OMPI_MCA_pml=ob1
@@ -23,8 +24,46 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export MSG='it'"'"'s $(id) `id` ;"x"'
 export CHAINERMN_RT_SLOTS='[{"gpu":0,"numa":0,"cpus":"0","hcas":["sbx_ib0:1"]}]'
 
+# On SIGUSR2 (time limit or preemption) a program using chainermn_rt.resumable writes a
+# snapshot and stops; then the job is requeued and resumes from it (docs/reliability.md).
+export CHAINERMN_RT_STOP_FILE="$PWD/.chainermn-rt-stop-${SLURM_JOB_ID:-$$}"
+rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done"
+step=
+# shellcheck disable=SC2317  # the trap runs it
+on_stop_signal() {
+  echo "chainermn-rt: $(date +%T) SIGUSR2: asking the ranks for a snapshot, waiting up to 45 s" >&2
+  touch "$CHAINERMN_RT_STOP_FILE"
+  { sleep 45; kill -TERM "$step" 2>/dev/null; } &
+}
+trap on_stop_signal USR2
+
 # One rank per GPU; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
 srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 \
   /opt/venv/bin/python -m chainermn_rt rank -- \
   printf '%s\n' 'a b' ''"'"'' '"' ';' '$(id)' '`id`' 'x
-y' 'é ✓'
+y' 'é ✓' &
+step=$!
+status=
+while [ -z "$status" ]; do  # a trapped signal ends `wait` early: wait again while the step runs
+  wait "$step" && status=0 || status=$?
+  if [ "$status" -gt 128 ] && kill -0 "$step" 2>/dev/null; then status=; fi
+done
+if [ -e "$CHAINERMN_RT_STOP_FILE.done" ]; then
+  snapshot=$(cat "$CHAINERMN_RT_STOP_FILE.done")
+  rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done"
+  restarts=${SLURM_RESTART_COUNT:-0}
+  if [ "$restarts" -lt 3 ]; then
+    job=${SLURM_JOB_ID:-}
+    if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then job=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}; fi
+    echo "chainermn-rt: snapshot $snapshot written; requeueing job $job (restart $((restarts + 1)) of at most 3)" >&2
+    scontrol requeue "$job"
+  else
+    echo "chainermn-rt: snapshot $snapshot written; not requeueing (3 restart(s) allowed, $restarts done)" >&2
+  fi
+  exit 0
+fi
+if [ -e "$CHAINERMN_RT_STOP_FILE" ]; then
+  echo "chainermn-rt: the ranks wrote no snapshot (the program does not use chainermn_rt.resumable?); not requeueing" >&2
+  rm -f "$CHAINERMN_RT_STOP_FILE"
+fi
+exit "$status"

@@ -10,8 +10,9 @@
 #SBATCH --cpus-per-task=2
 #SBATCH --time=10
 #SBATCH --output=%x-%j.out
-#SBATCH --signal=USR2@60
+#SBATCH --signal=B:USR2@60
 #SBATCH --requeue
+#SBATCH --open-mode=append
 set -euo pipefail
 
 export OMPI_MCA_pml=ob1
@@ -22,7 +23,45 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CHAINERMN_RT_SLOTS='[{"gpu":null,"numa":0,"cpus":"0","hcas":[]},{"gpu":null,"numa":0,"cpus":"1","hcas":[]}]'
 export CHAINERMN_RT_RANK_LOG=%x-%j.rank%r.out
 
+# On SIGUSR2 (time limit or preemption) a program using chainermn_rt.resumable writes a
+# snapshot and stops; then the job is requeued and resumes from it (docs/reliability.md).
+export CHAINERMN_RT_STOP_FILE="$PWD/.chainermn-rt-stop-${SLURM_JOB_ID:-$$}"
+rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done"
+step=
+# shellcheck disable=SC2317  # the trap runs it
+on_stop_signal() {
+  echo "chainermn-rt: $(date +%T) SIGUSR2: asking the ranks for a snapshot, waiting up to 45 s" >&2
+  touch "$CHAINERMN_RT_STOP_FILE"
+  { sleep 45; kill -TERM "$step" 2>/dev/null; } &
+}
+trap on_stop_signal USR2
+
 # One rank per slot; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
 mpirun --bind-to none --map-by ppr:2:node \
   /opt/venv/bin/python -m chainermn_rt rank -- \
-  hostname
+  hostname &
+step=$!
+status=
+while [ -z "$status" ]; do  # a trapped signal ends `wait` early: wait again while the step runs
+  wait "$step" && status=0 || status=$?
+  if [ "$status" -gt 128 ] && kill -0 "$step" 2>/dev/null; then status=; fi
+done
+if [ -e "$CHAINERMN_RT_STOP_FILE.done" ]; then
+  snapshot=$(cat "$CHAINERMN_RT_STOP_FILE.done")
+  rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done"
+  restarts=${SLURM_RESTART_COUNT:-0}
+  if [ "$restarts" -lt 3 ]; then
+    job=${SLURM_JOB_ID:-}
+    if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then job=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}; fi
+    echo "chainermn-rt: snapshot $snapshot written; requeueing job $job (restart $((restarts + 1)) of at most 3)" >&2
+    scontrol requeue "$job"
+  else
+    echo "chainermn-rt: snapshot $snapshot written; not requeueing (3 restart(s) allowed, $restarts done)" >&2
+  fi
+  exit 0
+fi
+if [ -e "$CHAINERMN_RT_STOP_FILE" ]; then
+  echo "chainermn-rt: the ranks wrote no snapshot (the program does not use chainermn_rt.resumable?); not requeueing" >&2
+  rm -f "$CHAINERMN_RT_STOP_FILE"
+fi
+exit "$status"
