@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates
 
 .PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
-	recipes image base sif sqfs clean
+	recipes image image-doctor base sif sqfs offline-wheels clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -62,7 +62,9 @@ sandbox-down: venv  ## stop the sandbox: every process it started, its namespace
 lint: venv  ## ruff, shellcheck and hadolint
 	$(VENV)/bin/ruff check chainermn_rt tests examples bench containers
 	shellcheck .ci/run
-	$(VENV)/bin/hadolint containers/cpu/Dockerfile containers/gpu/Dockerfile
+	$(VENV)/bin/hadolint containers/cpu/Dockerfile containers/gpu/Dockerfile \
+	  containers/gpu-upstream/Dockerfile
+	shellcheck bench/gpu_check.sh
 
 recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blocks and pyproject
 	$(PYTHON) containers/generate.py
@@ -70,15 +72,21 @@ recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blo
 base:  ## Debian base image by debootstrap from the host's apt mirror (no registry needed)
 	$(PYTHON) containers/base.py
 
-image:  ## build FLAVOR=cpu|gpu (ENGINE=docker|podman|buildah; BASE=image for both stages)
+image:  ## build FLAVOR=cpu|gpu|gpu-upstream (ENGINE=docker|podman|buildah; BASE=image for both stages)
 	$(PYTHON) containers/build.py image --flavor $(FLAVOR) \
 	  $(if $(ENGINE),--engine $(ENGINE)) $(if $(BASE),--base $(BASE))
+
+image-doctor:  ## run `chainermn-rt doctor --image` inside the built FLAVOR image (exit 1 on any FAIL)
+	$(PYTHON) containers/build.py doctor --flavor $(FLAVOR)
 
 sif:  ## Apptainer/Singularity image of FLAVOR from the built image (FROM_DEF=1: from the .def)
 	$(PYTHON) containers/build.py sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
 
 sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
 	$(PYTHON) containers/build.py sqfs --flavor $(FLAVOR)
+
+offline-wheels: venv  ## the patched chainer, chainermn_rt and their pure deps for bench/gpu_check.sh, in build/offline-wheels
+	$(PY) bench/offline_wheels.py --out build/offline-wheels
 
 clean:  ## remove build outputs (not the venv)
 	rm -rf build dist *.egg-info

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.metadata
 import os
@@ -45,6 +46,11 @@ def _tool(argv: list[str]) -> tuple[int, str]:
         return 127, f"{argv[0]} not found on PATH"
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def _gpu(flavor: str) -> bool:
+    """The gpu flavours (``gpu``, ``gpu-upstream``) carry CUDA, UCX, NCCL, CuPy and cuDNN."""
+    return flavor.startswith("gpu")
 
 
 def _base(version: str) -> str:
@@ -90,7 +96,7 @@ def ompi_params() -> tuple[Check, dict[str, str]]:
 
 def cuda_mpi_check(flavor: str, params: dict[str, str]) -> Check:
     value = params.get("mca:mpi:base:param:mpi_built_with_cuda_support:value")
-    if flavor != "gpu":
+    if not _gpu(flavor):
         return Check("mpi-cuda", NA, f"cpu flavour (mpi_built_with_cuda_support={value})")
     if value == "true":
         return Check("mpi-cuda", OK, "mpi_built_with_cuda_support=true")
@@ -99,7 +105,7 @@ def cuda_mpi_check(flavor: str, params: dict[str, str]) -> Check:
 
 
 def ucx_check(flavor: str) -> Check:
-    if flavor != "gpu":
+    if not _gpu(flavor):
         return Check("ucx", NA, "cpu flavour uses Debian's Open MPI shared memory / TCP")
     rc, out = _tool(["ucx_info", "-d"])
     if rc != 0:
@@ -107,25 +113,106 @@ def ucx_check(flavor: str) -> Check:
     transports = set(re.findall(r"Transport:\s*(\S+)", out))
     cuda = sorted(t for t in transports if t.startswith(("cuda", "gdr")))
     ib = sorted(t for t in transports if t.endswith(("verbs", "mlx5")) or t in ("rc", "ud", "dc"))
-    if not ib:  # no HCA on this host: the build must still carry the IB modules
+    if not cuda or not ib:  # no GPU driver or no HCA here: the build must carry the modules
         _, built = _tool(["ucx_info", "-b"])
-        if re.search(r'uct_MODULES\s+"[^"]*\bib\b', built):
+        modules = re.search(r'uct_MODULES\s+"([^"]*)"', built)
+        modules = set(modules.group(1).split(":")) if modules else set()
+        if not cuda and "cuda" in modules:
+            cuda = ["cuda (built; no GPU driver here)"]
+        if not ib and "ib" in modules:
             ib = ["ib (built; no HCA here)"]
     if cuda and ib:
         return Check("ucx", OK, f"transports cuda: {', '.join(cuda)}; ib: {', '.join(ib)}")
     return Check("ucx", FAIL, f"ucx_info -d lists {sorted(transports)}: needs cuda and ib")
 
 
-def nccl_check(flavor: str) -> Check:
-    if flavor != "gpu":
-        return Check("nccl", NA, "cpu flavour has no CuPy")
+def _library_version(soname: str, function: str, decode) -> tuple[str | None, str]:
+    """(version, where) read by calling ``function`` of ``soname`` (no GPU or driver needed)."""
     try:
-        from cupy.cuda import nccl
-    except ImportError as err:
-        return Check("nccl", FAIL, f"cupy.cuda.nccl: {err}")
-    if not getattr(nccl, "available", False):
-        return Check("nccl", FAIL, "cupy.cuda.nccl.available is False: libnccl.so.2 not found")
-    return Check("nccl", OK, f"NCCL {nccl.get_version()} through CuPy")
+        lib = ctypes.CDLL(soname)
+    except OSError as err:
+        return None, str(err)
+    return decode(lib, getattr(lib, function)), soname
+
+
+def _nccl_decode(_lib, get_version) -> str:
+    code = ctypes.c_int()
+    if get_version(ctypes.byref(code)) != 0:
+        return "?"
+    code = code.value
+    if code >= 20900:  # NCCL_VERSION_CODE: X*10000 + Y*100 + Z since 2.9
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def _cudnn_decode(_lib, get_version) -> str:
+    get_version.restype = ctypes.c_size_t
+    code = get_version()
+    if code >= 90000:  # cuDNN 9: X*10000 + Y*100 + Z; cuDNN 8: X*1000 + Y*100 + Z
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def _pmix_decode(lib, get_version) -> str:
+    get_version.restype = ctypes.c_char_p
+    text = get_version().decode(errors="replace")  # "OpenPMIx 4.2.2 (PMIx Standard: ...)"
+    match = re.search(r"(\d+\.\d+\.\d+)", text)
+    return match.group(1) if match else text
+
+
+def _pinned(versions: dict | None, section: str, name: str) -> str | None:
+    return ((versions or {}).get(section) or {}).get(name)
+
+
+def _library_check(name: str, flavor: str, soname: str, function: str, decode,
+                   want: str | None) -> Check:
+    """ok when ``soname`` loads and its version matches ``want`` (the first three numbers)."""
+    if not _gpu(flavor):
+        return Check(name, NA, f"{flavor} flavour has no {soname}")
+    have, where = _library_version(soname, function, decode)
+    if have is None:
+        return Check(name, FAIL, f"{soname} does not load: {where}")
+    if want is not None and have != ".".join(want.split(".")[:3]):
+        return Check(name, FAIL, f"{soname} is {have} (want {want})")
+    return Check(name, OK, f"{name.upper() if name == 'nccl' else 'cuDNN'} {have} "
+                           f"(read from {soname})")
+
+
+def nccl_check(flavor: str, versions: dict | None = None) -> Check:
+    return _library_check("nccl", flavor, "libnccl.so.2", "ncclGetVersion", _nccl_decode,
+                          _pinned(versions, "python", "nvidia-nccl-cu12"))
+
+
+def cudnn_check(flavor: str, versions: dict | None = None) -> Check:
+    return _library_check("cudnn", flavor, "libcudnn.so.8", "cudnnGetVersion", _cudnn_decode,
+                          _pinned(versions, "python", "nvidia-cudnn-cu12"))
+
+
+def cupy_check(flavor: str) -> Check:
+    if not _gpu(flavor):
+        return Check("cupy", NA, f"{flavor} flavour has no CuPy")
+    try:
+        import cupy
+    except Exception as err:  # noqa: BLE001 - any failure to import is the finding
+        return Check("cupy", FAIL, f"import cupy: {err}")
+    runtime = _cuda_runtime()
+    return Check("cupy", OK, f"CuPy {cupy.__version__}, CUDA runtime {runtime} (no GPU needed)")
+
+
+def pmix_check(params: dict[str, str], versions: dict | None = None) -> Check:
+    """Open MPI uses an external PMIx (as Slurm's ``--mpi=pmix`` does), of VERSIONS' version."""
+    external = sorted({key.split(":")[2] for key in params
+                       if key.startswith("mca:pmix:ext")})
+    if not external:
+        return Check("pmix", FAIL, "Open MPI has no external PMIx component (ext*x)")
+    have, where = _library_version("libpmix.so.2", "PMIx_Get_version", _pmix_decode)
+    if have is None:
+        return Check("pmix", FAIL, f"libpmix.so.2 does not load: {where}")
+    want = _pinned(versions, "system", "pmix")
+    if want is not None and have != want:
+        return Check("pmix", FAIL, f"PMIx {have} (want {want}), Open MPI component "
+                                   f"{', '.join(external)}")
+    return Check("pmix", OK, f"PMIx {have}, Open MPI component {', '.join(external)}")
 
 
 def _loaded_libmpi() -> str | None:
@@ -232,7 +319,8 @@ def run_checks(image: bool) -> list[Check]:
     checks = [flavor_check(image, versions)]
     flavor = (versions or {}).get("flavor") or checks[0].reason.split()[0]
     mpi, params = ompi_params()
-    checks += [mpi, cuda_mpi_check(flavor, params), ucx_check(flavor), nccl_check(flavor),
+    checks += [mpi, cuda_mpi_check(flavor, params), ucx_check(flavor), pmix_check(params, versions),
+               nccl_check(flavor, versions), cupy_check(flavor), cudnn_check(flavor, versions),
                mpi4py_check(), imports_check(), versions_check(image, versions, params)]
     return checks
 

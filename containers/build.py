@@ -3,13 +3,19 @@
 Example::
 
     python containers/build.py image --flavor cpu            # engine found on PATH, or ENGINE=
+    python containers/build.py image --flavor gpu            # the Debian/PyPI gpu image
     python containers/build.py image --flavor cpu --base chainermn-rt/base:bookworm
     python containers/build.py sif --flavor cpu              # apptainer or singularity
     python containers/build.py sqfs --flavor cpu             # Charliecloud SquashFS (ch-convert)
+    python containers/build.py doctor --flavor gpu           # `chainermn-rt doctor --image` inside
 
 Docker builds go to DOCKER_HOST, else to a running system Docker service, else to this
 checkout's own dockerd (containers/dockerd.py, stopped again afterwards). The build
 host's CA bundle reaches the build as a secret only.
+
+The Debian-based flavours (cpu, gpu) build FROM the official ``debian:bookworm-slim``
+when the engine has it or a registry serves it; where none answers, from the
+debootstrap base of containers/base.py, made the first time and reused after.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from containers.base import make_base
 from containers.dockerd import DOCKER, Dockerd
-from containers.flavors import FLAVORS
+from containers.flavors import FLAVORS, debian_based
 from containers.recipe import CA_BUNDLE, CA_SECRET
 from containers.versions import load, package_version
 
@@ -72,25 +79,68 @@ def build_argv(engine: str, flavor: str, base: str | None) -> list[str]:
     return argv + [str(REPO)]
 
 
+class _SystemDocker:
+    """The engine behind DOCKER_HOST or the system service, shaped like ``Dockerd``."""
+
+    docker = DOCKER
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, DOCKER_BUILDKIT="1")
+
+
+def _has_image(engine, name: str) -> bool:
+    return subprocess.run([engine.docker, "image", "inspect", name], env=engine.env(),
+                          capture_output=True, check=False).returncode == 0
+
+
+def resolve_base(flavor: str, engine, pull_timeout: float = 120) -> str | None:
+    """The base both stages build FROM: None for the recipe's own (official) one, else the tag
+    of the debootstrap base, made here when no registry serves the official image."""
+    if not debian_based(flavor):
+        return None  # gpu-upstream needs the CUDA images of a registry
+    debian = load()["debian"]
+    if _has_image(engine, debian["base"]):
+        return None
+    try:
+        pulled = subprocess.run([engine.docker, "pull", "-q", debian["base"]], env=engine.env(),
+                                capture_output=True, timeout=pull_timeout, check=False)
+        if pulled.returncode == 0:
+            return None
+    except subprocess.TimeoutExpired:
+        pass
+    local = debian["local_base"]
+    if _has_image(engine, local):
+        print(f"no registry serves {debian['base']}: building from {local} (made earlier)")
+    else:
+        print(f"no registry serves {debian['base']}: making {local} by debootstrap")
+        try:
+            make_base(local, debian["suite"], engine)
+        except (RuntimeError, subprocess.CalledProcessError) as err:
+            raise BuildError(f"making the base {local}: {err}") from None
+    return local
+
+
 def image(flavor: str, engine_name: str | None, base: str | None) -> float:
     """Build the flavour's image; returns the seconds it took."""
     engine = find_engine(engine_name)
-    argv = build_argv(engine, flavor, base)
     start = time.monotonic()
-    if engine == "docker" and not _existing_docker():
-        with Dockerd() as daemon:
+    if engine == "docker":
+        with _null(_SystemDocker()) if _existing_docker() else Dockerd() as daemon:
+            argv = build_argv(engine, flavor, base or resolve_base(flavor, daemon))
             rc = subprocess.run(argv, env=daemon.env(), check=False).returncode
     else:
+        argv = build_argv(engine, flavor, base)
         rc = subprocess.run(argv, env=dict(os.environ, DOCKER_BUILDKIT="1"),
                             check=False).returncode
     if rc != 0:
         hint = ""
-        if not base and flavor == "cpu":
-            hint = (f"; without a registry run `make base`, then `make image FLAVOR=cpu "
+        if not base and not debian_based(flavor):
+            hint = ("; the gpu-upstream flavour needs the CUDA images named in "
+                    "containers/versions.toml [cuda] (a registry, or local copies with those "
+                    "names); the gpu flavour needs none")
+        elif not base and engine != "docker":
+            hint = (f"; without a registry run `make base`, then `make image FLAVOR={flavor} "
                     f"BASE={load()['debian']['local_base']}`")
-        elif not base:
-            hint = ("; the gpu flavour needs the CUDA images named in containers/versions.toml "
-                    "[cuda] (a registry, or local copies tagged with those names)")
         raise BuildError(f"{' '.join(argv[:2])} of {flavor} exited {rc}{hint}")
     seconds = time.monotonic() - start
     print(f"built {tag(flavor)} with {engine} in {seconds:.0f} s")
@@ -139,6 +189,18 @@ def charliecloud(flavor: str, fmt: str) -> Path:
     return target
 
 
+def doctor(flavor: str) -> int:
+    """Run ``chainermn-rt doctor --image`` inside the built image; its exit status (1: a FAIL)."""
+    if not os.access(DOCKER, os.X_OK):
+        raise BuildError(f"{DOCKER} is missing: install docker.io")
+    with _null(_SystemDocker()) if _existing_docker() else Dockerd() as daemon:
+        if not _has_image(daemon, tag(flavor)):
+            raise BuildError(f"image {tag(flavor)} is not built: run `make image FLAVOR={flavor}`")
+        argv = [DOCKER, "run", "--rm", "--network", "none", tag(flavor),
+                "chainermn-rt", "doctor", "--image"]
+        return subprocess.run(argv, env=daemon.env(), check=False).returncode
+
+
 def _existing_docker() -> bool:
     """True when DOCKER_HOST is set or a system Docker service answers on its default socket."""
     if os.environ.get("DOCKER_HOST"):
@@ -150,8 +212,13 @@ def _existing_docker() -> bool:
 
 
 class _null:
+    """A context manager that yields ``value`` and does nothing on exit."""
+
+    def __init__(self, value=None):
+        self.value = value
+
     def __enter__(self):
-        return self
+        return self.value
 
     def __exit__(self, *exc):
         return None
@@ -159,7 +226,7 @@ class _null:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["image", "sif", "sqfs", "chdir", "tag"])
+    parser.add_argument("what", choices=["image", "sif", "sqfs", "chdir", "tag", "doctor"])
     parser.add_argument("--flavor", default="cpu", choices=FLAVORS)
     parser.add_argument("--engine", default=os.environ.get("ENGINE") or None)
     parser.add_argument("--base", default=os.environ.get("BASE") or None,
@@ -174,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             print(sif(args.flavor, not args.from_definition))
         elif args.what == "tag":
             print(tag(args.flavor))
+        elif args.what == "doctor":
+            return doctor(args.flavor)
         else:
             print(charliecloud(args.flavor, "squash" if args.what == "sqfs" else "dir"))
     except BuildError as err:

@@ -12,6 +12,8 @@ describe different builds. Where the formats differ:
   caller's directory.
 - Steps marked ``network`` see the build host's CA bundle at ``CA_BUNDLE``: a BuildKit
   secret in Docker (never in a layer), ``--bind`` at ``apptainer build`` time.
+- ``Run.cache`` folders (pip's download cache) are BuildKit cache mounts in Docker: kept
+  across builds, never in a layer. Singularity has none; the build stage is discarded anyway.
 
 Example::
 
@@ -42,6 +44,7 @@ class Run:
     comment: str = ""
     network: bool = False
     ignore: tuple[tuple[str, str], ...] = ()
+    cache: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,29 @@ class Workdir:
 
 
 Step = Run | Env | Copy | Label | User | Workdir
+
+
+@dataclass(frozen=True)
+class Block:
+    """One component, the way hpccm's building blocks are: what it needs and what it sets.
+
+    ``build`` and ``runtime`` are its steps in the build and the runtime stage;
+    ``*_packages`` the distribution packages each stage needs for it; ``path`` folders
+    put before the system's PATH; ``library_dirs`` folders (shell globs allowed) the
+    runtime's dynamic linker searches; ``env`` variables of both stages; ``defaults``
+    run-time settings that yield to a value set at run time. containers/compose.py
+    puts blocks into stages.
+    """
+
+    name: str
+    build: tuple[Step, ...] = ()
+    runtime: tuple[Step, ...] = ()
+    build_packages: tuple[str, ...] = ()
+    runtime_packages: tuple[str, ...] = ()
+    path: tuple[str, ...] = ()
+    library_dirs: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    defaults: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -140,8 +166,9 @@ def to_docker(recipe: Recipe) -> str:
                 out += [f"# {rule}: {why}" for rule, why in step.ignore]
                 if step.ignore:
                     out.append("# hadolint ignore=" + ",".join(r for r, _ in step.ignore))
-                mount = (f"--mount=type=secret,id={CA_SECRET},target={CA_BUNDLE} "
-                         if step.network else "")
+                mount = "".join(f"--mount=type=cache,target={c} " for c in step.cache)
+                if step.network:
+                    mount += f"--mount=type=secret,id={CA_SECRET},target={CA_BUNDLE} "
                 lines = _run_lines(step, "    ")
                 out.append(f"RUN {mount}{lines[0]}")
                 out += lines[1:]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 
@@ -10,25 +11,28 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO))
 
+from containers import compose
 from containers.blocks import (
     apt,
     chainermn_rt,
+    cuda,
     cupy,
+    debian_source,
     gdrcopy,
     metadata,
     mpi4py,
     openmpi,
-    openmpi_debian,
     pmix,
     python_venv,
     source,
     ucx,
     user,
 )
-from containers.recipe import CA_PRELUDE, Recipe, Stage, to_docker, to_singularity
+from containers.recipe import CA_PRELUDE, Block, Recipe, Run, Stage, to_docker, to_singularity
 
 PIN = {"version": "9.9", "url": "https://example.org/x-9.9.tar.bz2", "sha256": "ab" * 32}
 SECRET = "--mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle "
+CACHE = "--mount=type=cache,target=/root/.cache/pip "
 
 
 def docker(*steps) -> str:
@@ -62,7 +66,7 @@ def test_source():
 
 
 def test_gdrcopy():
-    assert docker(gdrcopy.build(PIN)) == (
+    assert docker(*gdrcopy.block(PIN).build) == (
         "# gdrcopy 9.9 (library only)\n"
         f"RUN {SECRET}{CA_PRELUDE} && \\\n" + fetched("gdrcopy")
         + "    make -C /tmp/src/gdrcopy prefix=/opt/gdrcopy CUDA=/usr/local/cuda lib lib_install && \\\n"
@@ -79,87 +83,213 @@ def _autotools(name, comment, configure):
             f"    rm -rf /tmp/src/{name} /tmp/src/{name}.*\n")
 
 
-def test_ucx():
-    assert docker(ucx.build(PIN)) == _autotools(
-        "ucx", "UCX 9.9 with CUDA, verbs, rdmacm and gdrcopy",
+UCX_UPSTREAM = ("./contrib/configure-release --prefix=/opt/ucx --with-cuda=/usr/local/cuda"
+                " --with-verbs --with-rdmacm --with-gdrcopy=/opt/gdrcopy --enable-mt"
+                " --without-java --without-go --disable-doxygen-doc"
+                " LDFLAGS=-L/usr/local/cuda/lib64/stubs")
+
+
+def test_ucx_upstream():
+    block = ucx.upstream(PIN)
+    assert docker(*block.build) == _autotools(
+        "ucx", "UCX 9.9 with CUDA, verbs, rdmacm and gdrcopy", UCX_UPSTREAM)
+    assert block.path == ("/opt/ucx/bin",) and block.library_dirs == ("/opt/ucx/lib",)
+
+
+def _debian_source(package, version, comment, *configure):
+    return (f"# {comment}\n"
+            "# DL3003: configure and make run in the unpacked tree of this one step\n"
+            "# hadolint ignore=DL3003\n"
+            "RUN if [ -f /etc/apt/sources.list.d/debian.sources ]; then sed -i 's/^Types: deb$/"
+            "Types: deb deb-src/' /etc/apt/sources.list.d/debian.sources; fi && \\\n"
+            "    if [ -f /etc/apt/sources.list ]; then sed -n 's/^deb \\(.*\\)/deb-src \\1/p' "
+            "/etc/apt/sources.list > /etc/apt/sources.list.d/deb-src.list; fi && \\\n"
+            "    apt-get update && \\\n    mkdir -p /tmp/src && \\\n    cd /tmp/src && \\\n"
+            f"    apt-get source --download-only {package}={version} && \\\n"
+            f"    dpkg-source -x {package}_{version}.dsc /tmp/src/{package} && \\\n"
+            "    rm -rf /var/lib/apt/lists/* && \\\n"
+            f"    cd /tmp/src/{package} && \\\n"
+            + "".join(f"    {c} && \\\n" for c in configure)
+            + '    make -j"$(nproc)" install && \\\n    cd / && \\\n    rm -rf /tmp/src\n')
+
+
+def test_ucx_debian():
+    block = ucx.debian("9.9-1")
+    assert docker(*block.build) == _debian_source(
+        "ucx", "9.9-1", "UCX 9.9-1 (Debian 12's source) with CUDA, verbs and rdmacm",
+        "./autogen.sh",
         "./contrib/configure-release --prefix=/opt/ucx --with-cuda=/usr/local/cuda --with-verbs"
-        " --with-rdmacm --with-gdrcopy=/opt/gdrcopy --enable-mt --without-java"
-        " --disable-doxygen-doc --disable-logging LDFLAGS=-L/usr/local/cuda/lib64/stubs")
+        " --with-rdmacm --without-gdrcopy --enable-mt --without-java --without-go"
+        " --disable-doxygen-doc LDFLAGS=-L/usr/local/cuda/lib64/stubs")
+    assert {"dpkg-dev", "autoconf", "automake", "libtool", "libnuma-dev"} <= set(block.build_packages)
+    assert block.runtime_packages == ("libnuma1",)
+    assert debian_source.upstream("9.9-1") == "9.9"
 
 
 def test_pmix():
-    assert docker(pmix.build(PIN)) == _autotools(
+    assert docker(*pmix.upstream(PIN).build) == _autotools(
         "pmix", "PMIx 9.9",
         "./configure --prefix=/opt/pmix --with-libevent=/usr --with-hwloc=/usr --disable-sphinx")
+    debian = pmix.debian()
+    assert debian.build == () and debian.runtime_packages == ("libpmix2",)
+    assert "libpmix-dev" in debian.build_packages
 
 
-def test_openmpi():
-    assert docker(openmpi.build(PIN)) == _autotools(
+OPENMPI_DEFAULTS = textwrap.dedent("""\
+    ENV OMPI_MCA_pml="ucx" \\
+        OMPI_MCA_osc="ucx" \\
+        OMPI_MCA_btl="^openib,uct,smcuda" \\
+        OMPI_MCA_btl_vader_single_copy_mechanism="none" \\
+        UCX_MEMTYPE_CACHE="n" \\
+        PMIX_MCA_gds="hash"
+    """)
+
+
+def test_openmpi_upstream():
+    block = openmpi.upstream(PIN)
+    assert docker(*block.build) == _autotools(
         "openmpi", "Open MPI 9.9: CUDA-aware, UCX, PMIx for srun --mpi=pmix",
         "./configure --prefix=/opt/openmpi --with-cuda=/usr/local/cuda --with-ucx=/opt/ucx"
         " --with-pmix=/opt/pmix --with-libevent=/usr --with-hwloc=/usr --with-slurm"
         " --enable-mca-no-build=btl-uct --without-verbs --disable-man-pages")
-    assert docker(openmpi.env()) == textwrap.dedent("""\
-        ENV OMPI_MCA_pml="ucx" \\
-            OMPI_MCA_osc="ucx" \\
-            OMPI_MCA_btl="^openib,uct,smcuda" \\
-            OMPI_MCA_btl_vader_single_copy_mechanism="none" \\
-            UCX_MEMTYPE_CACHE="n" \\
-            PMIX_MCA_gds="hash"
-        """)
-    two = to_docker(Recipe("t", [Stage("build", "b:1"), Stage("runtime", "r:1", openmpi.runtime())]))
+    assert docker(compose.Env(block.defaults, defaults=True)) == OPENMPI_DEFAULTS
+    two = to_docker(Recipe("t", [Stage("build", "b:1"), Stage("runtime", "r:1",
+                                                              list(block.runtime))]))
     assert two.endswith("AS runtime\nCOPY --from=build /opt/openmpi /opt/openmpi\n")
 
 
+def test_openmpi_debian_source():
+    block = openmpi.debian("9.9-1")
+    assert docker(*block.build) == _debian_source(
+        "openmpi", "9.9-1",
+        "Open MPI 9.9-1 (Debian 12's source): CUDA-aware, UCX, Debian's PMIx for srun "
+        "--mpi=pmix, Slurm",
+        "./autogen.pl --force",
+        "./configure --prefix=/opt/openmpi --with-cuda=/usr/local/cuda --with-ucx=/opt/ucx"
+        ' --with-pmix=/usr/lib/"$(dpkg-architecture -qDEB_HOST_MULTIARCH)"/pmix2'
+        " --with-libevent=external --with-hwloc=external --with-slurm"
+        " --enable-mca-no-build=btl-uct --without-verbs --disable-man-pages"
+        " --disable-mpi-fortran --disable-oshmem --disable-mpi-java")
+    assert docker(compose.Env(block.defaults, defaults=True)) == OPENMPI_DEFAULTS
+    assert block.path == ("/opt/openmpi/bin",) and block.library_dirs == ("/opt/openmpi/lib",)
+    assert "libhwloc15" in block.runtime_packages
+
+
 def test_openmpi_defaults_yield_to_the_caller_in_singularity():
-    text = to_singularity(Recipe("t", [Stage("build", "base:1", [openmpi.env()])]))
+    stage = compose.runtime_stage("base:1", [openmpi.upstream(PIN)])
+    text = to_singularity(Recipe("t", [Stage("build", "b:1"), stage]))
     environment = text.split("%environment\n", 1)[1]
     assert '    export OMPI_MCA_pml="${OMPI_MCA_pml:-ucx}"\n' in environment
     assert '    export OMPI_MCA_pml="ucx"\n' in text.split("%environment")[0]  # build time
 
 
-def test_openmpi_debian():
-    assert docker(openmpi_debian.env()) == 'ENV OMPI_MCA_btl_vader_single_copy_mechanism="none"\n'
+def test_openmpi_binary():
+    block = openmpi.binary()
+    assert block.build == () and block.runtime_packages == ("openmpi-bin",)
+    assert docker(compose.Env(block.defaults, defaults=True)) == (
+        'ENV OMPI_MCA_btl_vader_single_copy_mechanism="none"\n')
+
+
+def test_cuda_prefix_and_stubs():
+    pins = {"nvidia-cuda-runtime-cu12": "1.2", "nvidia-nvml-dev-cu12": "1.3",
+            "nvidia-cuda-nvcc-cu12": "1.4"}
+    text = docker(*cuda.wheels(pins).build)
+    assert text.startswith(
+        "# CUDA headers and runtime from NVIDIA's wheels as the build's CUDA prefix;\n"
+        "# libcuda/libnvidia-ml link stubs (build stage only) from the headers\n"
+        f"RUN {CACHE}{SECRET}{CA_PRELUDE} && \\\n"
+        "    pip install --no-deps --target /tmp/cuda-wheels nvidia-cuda-runtime-cu12==1.2"
+        " nvidia-nvml-dev-cu12==1.3 nvidia-cuda-nvcc-cu12==1.4 && \\\n"
+        "    mkdir -p /usr/local/cuda/include /usr/local/cuda/lib64/stubs /tmp/stubs && \\\n")
+    assert ("    gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o /usr/local/cuda/lib64/stubs/libcuda.so"
+            " /tmp/stubs/cuda.c && \\\n") in text
+    assert text.endswith("    rm -rf /tmp/cuda-wheels /tmp/stubs\n")
+    assert cuda.wheels(pins).runtime == ()  # the stubs and the prefix stay in the build stage
+
+
+def test_cuda_stubs_are_generated_from_a_header(tmp_path):
+    """The stub commands, run on a small header: every function and #define'd name is there."""
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "nvml.h").write_text(
+        "#define nvmlInit nvmlInit_v2\n#define nvmlDevice_t struct nvmlDevice_st *\n"
+        "int nvmlInit_v2(void);\nint nvmlShutdown(void);\n")
+    (tmp_path / "lib64" / "stubs").mkdir(parents=True)
+    (tmp_path / "stubs").mkdir()
+    commands = [c.replace("/usr/local/cuda", str(tmp_path)).replace("/tmp/stubs",
+                                                                     str(tmp_path / "stubs"))
+                for c in cuda._stub("libnvidia-ml", "nvml.h", "nvml")]
+    subprocess.run(" && ".join(commands), shell=True, check=True)
+    stub = tmp_path / "lib64" / "stubs" / "libnvidia-ml.so"
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(stub)], capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert {"nvmlInit", "nvmlInit_v2", "nvmlShutdown"} <= set(symbols)
+    assert "nvmlDevice_t" not in symbols
+    soname = subprocess.run(["readelf", "-d", str(stub)], capture_output=True, text=True,
+                            check=True).stdout
+    assert "[libnvidia-ml.so.1]" in soname
+
+
+def test_cupy():
+    block = cupy.block({"cupy-cuda12x": "13.6.0", "nvidia-nccl-cu12": "2.1"}, "/v")
+    assert docker(*block.build) == (
+        "# CuPy and the CUDA, cuDNN and NCCL wheels (pyproject's gpu extra)\n"
+        f"RUN {CACHE}{SECRET}{CA_PRELUDE} && \\\n"
+        "    pip install cupy-cuda12x==13.6.0 nvidia-nccl-cu12==2.1\n")
+    assert block.library_dirs == ("/v/lib/python3*/site-packages/nvidia/*/lib",)
+
+
+def test_compose_registers_library_dirs_and_keeps_build_only_things_out():
+    a = Block("a", build=(Run(("make a",)),), build_packages=("gcc", "liba-dev"),
+              runtime_packages=("liba1",), path=("/opt/a/bin",), library_dirs=("/opt/a/lib",),
+              env=(("A", "1"),), defaults=(("A_MODE", "fast"),))
+    b = Block("b", build=(Run(("make b",)),), build_packages=("gcc",), path=("/opt/b/bin",),
+              library_dirs=("/opt/b/lib/*",))
+    build = docker(*compose.build_stage("x:1", [a, b]).steps)
+    assert "apt-get install -y --no-install-recommends gcc liba-dev" in build
+    assert build.index("make a") < build.index("make b")
+    runtime = docker(*compose.runtime_stage("x:1", [a, b]).steps)
+    assert "install -y --no-install-recommends liba1 &&" in runtime
+    assert "gcc" not in runtime and "make" not in runtime
+    assert ("RUN printf '%s\\n' /opt/a/lib /opt/b/lib/* > /etc/ld.so.conf.d/chainermn-rt.conf"
+            " && \\\n    ldconfig\n") in runtime
+    assert ('ENV PATH="/opt/a/bin:/opt/b/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:'
+            '/sbin:/bin" \\\n    A="1"\nENV A_MODE="fast"\n') in runtime
 
 
 def test_mpi4py():
-    assert docker(mpi4py.build("4.1.2", "/usr/bin/mpicc")) == (
+    assert docker(*mpi4py.block("4.1.2", "/usr/bin/mpicc").build) == (
         "# mpi4py from source, linked to this image's MPI\n"
         f"RUN {SECRET}{CA_PRELUDE} && \\\n"
         "    MPICC=/usr/bin/mpicc pip install --no-cache-dir --no-binary=mpi4py mpi4py==4.1.2\n")
 
 
 def test_chainermn_rt():
-    assert docker(*chainermn_rt.sources("/s"), chainermn_rt.install("/s", ("gpu",))) == (
+    assert docker(*chainermn_rt.block("/s", ("gpu",)).build) == (
         "COPY pyproject.toml /s/pyproject.toml\n"
         "COPY README.md /s/README.md\n"
         "COPY chainermn_rt /s/chainermn_rt\n"
         "COPY slurm /s/slurm\n"
         "# the patched chainer wheel, then chainermn_rt with pyproject's pins\n"
-        f"RUN {SECRET}{CA_PRELUDE} && \\\n"
+        f"RUN {CACHE}{SECRET}{CA_PRELUDE} && \\\n"
         "    PYTHONPATH=/s python -m chainermn_rt.compat.build_chainer --out /tmp/wheels && \\\n"
-        "    pip install --no-cache-dir --find-links /tmp/wheels '/s[gpu]'\n")
+        "    pip install --find-links /tmp/wheels '/s[gpu]'\n")
 
 
 def test_python_venv():
-    assert docker(*python_venv.build("/p", "26.3"), python_venv.env("/p", "/opt/mpi/bin")) == (
-        f"RUN {SECRET}{CA_PRELUDE} && \\\n"
+    block = python_venv.block("/p", "26.3")
+    assert docker(*block.build, compose.environment([block])) == (
+        f"RUN {CACHE}{SECRET}{CA_PRELUDE} && \\\n"
         "    python3 -m venv /p/venv && \\\n"
-        "    /p/venv/bin/pip install --no-cache-dir pip==26.3\n"
-        'ENV PATH="/p/venv/bin:/opt/mpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \\\n'
+        "    /p/venv/bin/pip install pip==26.3\n"
+        'ENV PATH="/p/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \\\n'
         '    VIRTUAL_ENV="/p/venv" \\\n'
-        '    PIP_NO_CACHE_DIR="1" \\\n'
         '    PIP_DISABLE_PIP_VERSION_CHECK="1"\n')
-
-
-def test_cupy():
-    assert docker(cupy.env("/v", "3.12", "/opt/openmpi/lib")) == (
-        'ENV LD_LIBRARY_PATH="/v/lib/python3.12/site-packages/nvidia/cudnn/lib:'
-        '/v/lib/python3.12/site-packages/nvidia/nccl/lib:/opt/openmpi/lib"\n')
+    assert block.defaults == (("PIP_NO_CACHE_DIR", "1"),)  # the image's pip keeps no cache
 
 
 def test_user():
-    assert docker(*user.runtime("rt", 1000)) == (
+    assert docker(*user.block("rt", 1000).runtime) == (
         "RUN useradd --create-home --uid 1000 --shell /bin/bash rt\n"
         "USER 1000:1000\n"
         "WORKDIR /home/rt\n")

@@ -54,3 +54,60 @@ def test_sif_without_apptainer_or_singularity_says_what_to_do(tmp_path):
     assert "neither apptainer nor singularity is installed" in proc.stderr
     assert "containers/cpu/chainermn-rt.def" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+class _FakeEngine:
+    """Answers ``docker image inspect`` / ``docker pull`` like an engine with ``images``."""
+
+    docker = "docker"
+
+    def __init__(self, images=(), registry=False):
+        self.images, self.registry, self.calls = set(images), registry, []
+
+    def env(self):
+        return {}
+
+    def run(self, argv, **kw):
+        self.calls.append(argv[1:])
+        name = argv[-1]
+        if argv[1] == "pull" and self.registry:
+            self.images.add(name)
+        ok = name in self.images
+        return subprocess.CompletedProcess(argv, 0 if ok else 1, "", "")
+
+
+def _resolve(monkeypatch, engine, flavor="cpu"):
+    made = []
+    monkeypatch.setattr(build.subprocess, "run", engine.run)
+    monkeypatch.setattr(build, "make_base", lambda image, suite, eng: made.append(image))
+    return build.resolve_base(flavor, engine), made
+
+
+def test_without_a_registry_the_debootstrap_base_is_made_then_reused(monkeypatch):
+    local = build.load()["debian"]["local_base"]
+    base, made = _resolve(monkeypatch, _FakeEngine())
+    assert base == local and made == [local]
+    base, made = _resolve(monkeypatch, _FakeEngine(images=[local]))
+    assert base == local and made == []  # reused, not made again
+
+
+def test_with_a_registry_the_official_base_is_kept(monkeypatch):
+    official = build.load()["debian"]["base"]
+    engine = _FakeEngine(registry=True)
+    base, made = _resolve(monkeypatch, engine, "gpu")
+    assert base is None and made == []  # the recipe's own ARG default: debian:bookworm-slim
+    assert ["pull", "-q", official] in engine.calls
+    assert f"ARG BUILD_BASE={official}" in (REPO / "containers/gpu/Dockerfile").read_text()
+
+
+def test_the_registry_flavour_never_gets_the_debian_base(monkeypatch):
+    engine = _FakeEngine()
+    assert _resolve(monkeypatch, engine, "gpu-upstream") == (None, [])
+    assert engine.calls == []
+
+
+def test_an_unknown_flavour_is_one_line_with_exit_2():
+    proc = subprocess.run([sys.executable, "containers/build.py", "image", "--flavor", "tpu"],
+                          cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--flavor: invalid choice: 'tpu'" in proc.stderr

@@ -12,6 +12,11 @@ from chainermn_rt import doctor
 
 from conftest import PYTHON, REPO, require_commands
 
+# what the doctor reports in a cpu image and on this (cpu) machine
+CPU_CHECKS = {"flavor": "ok", "mpi": "ok", "mpi-cuda": "n/a", "ucx": "n/a", "pmix": "ok",
+              "nccl": "n/a", "cupy": "n/a", "cudnn": "n/a", "mpi4py": "ok", "imports": "ok",
+              "versions": "ok"}
+
 
 def _doctor(*args, env=None):
     return subprocess.run([PYTHON, "-m", "chainermn_rt", "doctor", *args], capture_output=True,
@@ -23,8 +28,7 @@ def test_doctor_on_this_machine_passes_the_cpu_checks():
     proc = _doctor("--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     status = {c["name"]: c["status"] for c in json.loads(proc.stdout)}
-    assert status == {"flavor": "ok", "mpi": "ok", "mpi-cuda": "n/a", "ucx": "n/a", "nccl": "n/a",
-                      "mpi4py": "ok", "imports": "ok", "versions": "ok"}
+    assert status == CPU_CHECKS
 
 
 def test_image_mode_outside_an_image_fails_with_the_reason(tmp_path):
@@ -70,13 +74,83 @@ def test_ucx_without_an_hca_accepts_a_build_with_ib(fake_ucx_info):
     assert doctor.ucx_check("cpu").status == "n/a"
 
 
-def test_nccl_is_required_in_the_gpu_flavour():
+def test_ucx_without_a_gpu_driver_accepts_a_build_with_cuda(fake_ucx_info):
+    fake_ucx_info("#      Transport: tcp\n#      Transport: rc_verbs\n",
+                  build='#define uct_MODULES ":cuda:ib:rdmacm:cma"')
+    ok = doctor.ucx_check("gpu")
+    assert ok.status == "ok" and "cuda (built; no GPU driver here)" in ok.reason
+    fake_ucx_info("#      Transport: tcp\n#      Transport: rc_verbs\n",
+                  build='#define uct_MODULES ":ib:rdmacm:cma"')
+    assert doctor.ucx_check("gpu").status == "FAIL"
+    assert doctor.ucx_check("gpu-upstream").status == "FAIL"
+
+
+FAKE_LIBS = {  # soname: C source of a library that answers like the real one
+    "libnccl.so.2": "int ncclGetVersion(int *v) { *v = 23203; return 0; }",
+    "libcudnn.so.8": "unsigned long cudnnGetVersion(void) { return 8907; }",
+}
+
+
+@pytest.fixture
+def fake_libs(tmp_path):
+    """A folder holding fake NCCL and cuDNN libraries (no GPU library is installed here)."""
+    require_commands("gcc")
+    for soname, source in FAKE_LIBS.items():
+        (tmp_path / "x.c").write_text(source + "\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
+                        str(tmp_path / soname), str(tmp_path / "x.c")], check=True)
+    return tmp_path
+
+
+def _checks_with(lib_dir, versions: dict) -> dict[str, doctor.Check]:
+    """nccl and cudnn checks in a process whose dynamic linker searches ``lib_dir``."""
+    code = ("import json, sys; from chainermn_rt import doctor; v = json.loads(sys.argv[1]); "
+            "print(json.dumps(doctor.as_json([doctor.nccl_check('gpu', v), "
+            "doctor.cudnn_check('gpu', v)])))")
+    out = subprocess.run([PYTHON, "-c", code, json.dumps(versions)], capture_output=True,
+                         text=True, check=True, cwd=REPO,
+                         env=dict(os.environ, LD_LIBRARY_PATH=str(lib_dir))).stdout
+    return {c["name"]: doctor.Check(**c) for c in json.loads(out)}
+
+
+def test_nccl_and_cudnn_versions_are_read_from_the_libraries(fake_libs):
+    pins = {"python": {"nvidia-nccl-cu12": "2.32.3", "nvidia-cudnn-cu12": "8.9.7.29"}}
+    checks = _checks_with(fake_libs, pins)
+    assert checks["nccl"] == doctor.Check("nccl", "ok", "NCCL 2.32.3 (read from libnccl.so.2)")
+    assert checks["cudnn"] == doctor.Check("cudnn", "ok", "cuDNN 8.9.7 (read from libcudnn.so.8)")
+    wrong = _checks_with(fake_libs, {"python": {"nvidia-nccl-cu12": "2.30.1",
+                                                "nvidia-cudnn-cu12": "8.9.2.26"}})
+    assert wrong["nccl"].status == "FAIL" and "2.32.3 (want 2.30.1)" in wrong["nccl"].reason
+    assert wrong["cudnn"].status == "FAIL" and "8.9.7 (want 8.9.2.26)" in wrong["cudnn"].reason
+
+
+def test_a_missing_gpu_library_fails_and_the_cpu_flavour_has_none():
+    missing = doctor._library_check("nccl", "gpu", "libnccl-absent.so.2", "ncclGetVersion",
+                                    doctor._nccl_decode, None)
+    assert missing.status == "FAIL" and "libnccl-absent.so.2 does not load" in missing.reason
+    for check in (doctor.nccl_check, doctor.cudnn_check):
+        assert check("cpu").status == "n/a"
+
+
+def test_cupy_is_required_in_the_gpu_flavours():
     try:
         import cupy  # noqa: F401
     except ImportError:
-        failed = doctor.nccl_check("gpu")
-        assert failed.status == "FAIL" and "cupy" in failed.reason
-    assert doctor.nccl_check("cpu").status == "n/a"
+        failed = doctor.cupy_check("gpu")
+        assert failed.status == "FAIL" and "import cupy" in failed.reason
+    assert doctor.cupy_check("cpu").status == "n/a"
+
+
+def test_pmix_is_external_and_of_the_images_version():
+    require_commands("ompi_info")
+    _, params = doctor.ompi_params()  # Debian's Open MPI here uses Debian's PMIx (ext3x)
+    ok = doctor.pmix_check(params, {"system": {"pmix": "4.2.2"}})
+    assert ok.status == "ok" and ok.reason == "PMIx 4.2.2, Open MPI component ext3x"
+    wrong = doctor.pmix_check(params, {"system": {"pmix": "9.9.9"}})
+    assert wrong.status == "FAIL" and "PMIx 4.2.2 (want 9.9.9)" in wrong.reason
+    internal = {k: v for k, v in params.items() if not k.startswith("mca:pmix:ext")}
+    failed = doctor.pmix_check(internal, None)
+    assert failed.status == "FAIL" and "no external PMIx" in failed.reason
 
 
 def test_a_wrong_version_fails():

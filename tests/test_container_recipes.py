@@ -59,7 +59,7 @@ def _docker_stages(text: str) -> dict[str, dict]:
             pairs = re.findall(r'(\S+?)="((?:[^"\\]|\\.)*)"', rest)
             cur["env" if word == "ENV" else "labels"] += pairs
         elif word == "RUN":
-            rest = re.sub(r"^--mount=\S+ ", "", rest)
+            rest = re.sub(r"^(--mount=\S+ )+", "", rest)
             cur["run"] += [c for c in rest.split(" && ") if c != CA_PRELUDE]
         elif word == "USER":
             cur["user"] = rest
@@ -132,24 +132,76 @@ def test_every_source_tarball_is_pinned_by_sha256():
 def test_versions_file_lists_the_stack():
     cpu = tomllib.loads((REPO / "containers/cpu/VERSIONS").read_text())
     gpu = tomllib.loads((REPO / "containers/gpu/VERSIONS").read_text())
-    assert cpu["flavor"] == "cpu" and cpu["system"]["openmpi"] == load()["debian"]["openmpi"]
+    upstream = tomllib.loads((REPO / "containers/gpu-upstream/VERSIONS").read_text())
+    assert cpu["flavor"] == "cpu" and cpu["system"]["openmpi"] == "4.1.4"
+    assert load()["debian"]["openmpi"].startswith(cpu["system"]["openmpi"] + "-")
     assert cpu["python"] == python_pins()
     assert "cupy-cuda12x" not in cpu["python"]
-    assert gpu["python"]["cupy-cuda12x"].startswith("13.")
-    assert gpu["python"]["nvidia-cudnn-cu12"].startswith("8.9.")
-    assert gpu["system"]["openmpi"].startswith(("4.1.", "5.0."))
+    for image in (gpu, upstream):
+        assert image["python"] == python_pins(("gpu",))
+        assert image["python"]["cupy-cuda12x"].startswith("13.")
+        assert image["python"]["nvidia-cudnn-cu12"].startswith("8.9.")
+        assert image["system"]["openmpi"].startswith(("4.1.", "5.0."))
+    # the gpu image's CUDA is its runtime wheel's; the same 12.x as the upstream CUDA image
+    assert gpu["system"]["cuda"] == python_pins(("gpu",))["nvidia-cuda-runtime-cu12"]
+    assert gpu["system"]["cuda"].split(".")[:2] == upstream["system"]["cuda"].split(".")[:2]
+    assert gpu["system"]["ucx"] == "1.13.1" and gpu["system"]["pmix"] == cpu["system"]["pmix"]
+    assert "gdrcopy" not in gpu["system"] and "gdrcopy" in upstream["system"]
 
 
-def test_gpu_recipe_has_the_whole_stack():
-    text = (REPO / "containers/gpu/Dockerfile").read_text()
+def _stages(flavor: str) -> dict[str, str]:
+    text = (REPO / "containers" / flavor / "Dockerfile").read_text()
+    build, runtime = text.split(" AS build\n", 1)[1].split(" AS runtime\n", 1)
+    return {"build": build, "runtime": runtime}
+
+
+def test_gpu_recipe_builds_from_debian_sources_and_pypi_wheels():
+    stages = _stages("gpu")
+    for needle in ("apt-get source --download-only ucx=1.13.1-1",
+                   "dpkg-source -x ucx_1.13.1-1.dsc",
+                   "apt-get source --download-only openmpi=4.1.4-3",
+                   "./autogen.sh", "--with-cuda=/usr/local/cuda --with-verbs --with-rdmacm",
+                   "--with-ucx=/opt/ucx", "/pmix2 --with-libevent=external", "--with-slurm",
+                   "libpmix-dev", "libibverbs-dev", "librdmacm-dev",
+                   "nvidia-cuda-runtime-cu12==", "nvidia-nvml-dev-cu12==",
+                   "-Wl,-soname,libcuda.so.1", "-Wl,-soname,libnvidia-ml.so.1",
+                   "MPICC=/opt/openmpi/bin/mpicc", "cupy-cuda12x==", "nvidia-nccl-cu12==",
+                   "nvidia-cudnn-cu12==", "'/opt/chainermn_rt/src[gpu]'"):
+        assert needle in stages["build"], needle
+    assert "ARG BUILD_BASE=debian:bookworm-slim" in (REPO / "containers/gpu/Dockerfile").read_text()
+    assert "curl" not in stages["build"] and "http" not in stages["build"]  # apt and pip only
+    runtime = stages["runtime"]
+    for needle in ("libpmix2", "libibverbs1", "librdmacm1", "ibverbs-providers", "ldconfig",
+                   "COPY --from=build /opt/ucx /opt/ucx", 'OMPI_MCA_pml="ucx"'):
+        assert needle in runtime, needle
+    # no compilers, stubs, sources or -dev packages reach the runtime stage
+    for needle in ("build-essential", "-dev", "stubs", "/usr/local/cuda", "/tmp/src", "gcc"):
+        assert needle not in runtime, needle
+
+
+def test_gpu_upstream_recipe_has_the_whole_registry_stack():
+    text = (REPO / "containers/gpu-upstream/Dockerfile").read_text()
     for needle in ("nvidia/cuda:12.", "libibverbs-dev", "librdmacm-dev",
                    "--with-cuda=/usr/local/cuda",
                    "--with-ucx=/opt/ucx", "--with-pmix=/opt/pmix", "--with-gdrcopy=/opt/gdrcopy",
                    "--with-verbs", "MPICC=/opt/openmpi/bin/mpicc", "'/opt/chainermn_rt/src[gpu]'",
                    'OMPI_MCA_pml="ucx"', "sha256sum -c"):
         assert needle in text, needle
-    runtime = text.split(" AS runtime", 1)[1]
+    runtime = _stages("gpu-upstream")["runtime"]
     assert "build-essential" not in runtime and "-dev" not in runtime
+
+
+def test_pip_downloads_are_cached_outside_the_layers():
+    for flavor in FLAVORS:
+        text = (REPO / "containers" / flavor / "Dockerfile").read_text()
+        installs = [line for line in re.sub(r"\s*\\\n\s*", " ", text).splitlines()
+                    if line.startswith("RUN ") and "pip install" in line]
+        cached = [line for line in installs if "--mount=type=cache,target=/root/.cache/pip" in line]
+        # every pip install keeps its downloads in the cache mount, except mpi4py's build
+        assert len(cached) == len(installs) - 1 >= 2, flavor
+        assert all("--no-cache-dir" not in line for line in cached), flavor
+    assert 'PIP_NO_CACHE_DIR="1"' in _stages("cpu")["runtime"]
+    assert "PIP_NO_CACHE_DIR" not in _stages("cpu")["build"]
 
 
 def test_a_copy_that_singularity_would_reorder_is_refused():
@@ -158,10 +210,11 @@ def test_a_copy_that_singularity_would_reorder_is_refused():
         Recipe("bad", [stage]).check()
 
 
-def test_dockerignore_keeps_only_what_the_recipe_copies():
-    keep = [line[1:] for line in (REPO / "containers/cpu/Dockerfile.dockerignore").read_text()
-            .splitlines() if line.startswith("!")]
-    copied = [c.src for s in recipe("cpu").stages for c in s.steps
+@pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f}-flavour")
+def test_dockerignore_keeps_only_what_the_recipe_copies(flavor):
+    keep = [line[1:] for line in (REPO / f"containers/{flavor}/Dockerfile.dockerignore")
+            .read_text().splitlines() if line.startswith("!")]
+    copied = [c.src for s in recipe(flavor).stages for c in s.steps
               if isinstance(c, Copy) and c.from_stage is None]
     assert sorted(keep) == sorted(copied)
 

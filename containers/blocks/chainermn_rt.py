@@ -6,28 +6,27 @@ pyproject.toml.
 
 Example::
 
-    >>> [s.dest for s in sources("/opt/x/src")][:2]
+    >>> b = block("/opt/x/src", ("gpu",))
+    >>> [s.dest for s in b.build[:2]]
     ['/opt/x/src/pyproject.toml', '/opt/x/src/README.md']
-    >>> print(install("/opt/x/src", ("gpu",)).commands[-1])
-    pip install --no-cache-dir --find-links /tmp/wheels '/opt/x/src[gpu]'
+    >>> print(b.build[-1].commands[-1])
+    pip install --find-links /tmp/wheels '/opt/x/src[gpu]'
 """
 
 from __future__ import annotations
 
-from containers.recipe import Copy, Run
+from containers.blocks.python_venv import PIP_CACHE
+from containers.recipe import Block, Copy, Run
 
 # What `pip install .` needs of the repository (pyproject's packages and package-dir).
 SOURCES = ("pyproject.toml", "README.md", "chainermn_rt", "slurm")
 WHEELS = "/tmp/wheels"
 
 
-def sources(src: str) -> list[Copy]:
-    return [Copy(path, f"{src}/{path}") for path in SOURCES]
-
-
-def install(src: str, extras: tuple[str, ...] = ()) -> Run:
+def block(src: str, extras: tuple[str, ...] = ()) -> Block:
     target = f"'{src}[{','.join(extras)}]'" if extras else src
-    return Run((f"PYTHONPATH={src} python -m chainermn_rt.compat.build_chainer --out {WHEELS}",
-                f"pip install --no-cache-dir --find-links {WHEELS} {target}"),
-               comment="the patched chainer wheel, then chainermn_rt with pyproject's pins",
-               network=True)
+    install = Run((f"PYTHONPATH={src} python -m chainermn_rt.compat.build_chainer --out {WHEELS}",
+                   f"pip install --find-links {WHEELS} {target}"),
+                  comment="the patched chainer wheel, then chainermn_rt with pyproject's pins",
+                  network=True, cache=(PIP_CACHE,))
+    return Block("chainermn_rt", build=(*(Copy(p, f"{src}/{p}") for p in SOURCES), install))

@@ -1,22 +1,27 @@
-"""CuPy 13 with cuDNN 8.9 and NCCL from their PyPI wheels (pins in pyproject's ``gpu`` extra).
+"""CuPy 13, cuDNN 8.9, NCCL and CUDA's libraries from their PyPI wheels, in the venv.
 
-The wheels put libcudnn.so.8 and libnccl.so.2 inside the venv; CuPy 13 finds them
-through LD_LIBRARY_PATH.
+The pins are pyproject's ``gpu`` extra. CuPy finds cuDNN, NCCL and CUDA's headers in
+the wheels by itself; cuBLAS, cuRAND, cuSOLVER, cuSPARSE, cuFFT and NVRTC it loads
+by name, so the wheels' ``lib`` folders go to the runtime's dynamic linker.
 
 Example::
 
-    >>> print(dict(env("/opt/x/venv", "3.12").values)["LD_LIBRARY_PATH"].split(":")[0])
-    /opt/x/venv/lib/python3.12/site-packages/nvidia/cudnn/lib
+    >>> b = block({"cupy-cuda12x": "13.6.0"}, "/opt/x/venv")
+    >>> print(b.build[0].commands[0])
+    pip install cupy-cuda12x==13.6.0
+    >>> b.library_dirs
+    ('/opt/x/venv/lib/python3*/site-packages/nvidia/*/lib',)
 """
 
 from __future__ import annotations
 
-from containers.recipe import Env
+from containers.blocks.python_venv import PIP_CACHE
+from containers.recipe import Block, Run
 
-WHEEL_LIBS = ("cudnn", "nccl")
 
-
-def env(venv: str, python: str, before: str = "") -> Env:
-    site = f"{venv}/lib/python{python}/site-packages/nvidia"
-    libs = [f"{site}/{name}/lib" for name in WHEEL_LIBS] + ([before] if before else [])
-    return Env((("LD_LIBRARY_PATH", ":".join(libs)),))
+def block(pins: dict[str, str], venv: str) -> Block:
+    step = Run(("pip install " + " ".join(f"{name}=={pins[name]}" for name in sorted(pins)),),
+               comment="CuPy and the CUDA, cuDNN and NCCL wheels (pyproject's gpu extra)",
+               network=True, cache=(PIP_CACHE,))
+    return Block("cupy", build=(step,),
+                 library_dirs=(f"{venv}/lib/python3*/site-packages/nvidia/*/lib",))

@@ -22,6 +22,8 @@ from __future__ import annotations
 from containers.recipe import Copy, Label
 
 VERSIONS_PATH = "/opt/chainermn_rt/VERSIONS"
+# The Python packages named in the images' labels (all pins are in VERSIONS).
+LABELLED = ("chainer", "numpy", "mpi4py", "cupy-cuda12x", "nvidia-nccl-cu12", "nvidia-cudnn-cu12")
 
 
 def labels(flavor: str, version: str, system: dict[str, str],

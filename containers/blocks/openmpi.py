@@ -1,46 +1,77 @@
-"""Open MPI built with CUDA, UCX and the external PMIx (gpu flavour), and its run-time defaults.
+"""Open MPI: Debian's binary packages (cpu), Debian's source package built CUDA-aware (gpu),
+or a pinned upstream release (gpu-upstream); and a container's run-time defaults.
+
+The CUDA-aware builds use UCX, an external PMIx (for ``srun --mpi=pmix``) and Slurm
+support, and go to /opt/openmpi. Open MPI finds libcuda at run time (dlopen): the
+host driver's.
 
 Example::
 
-    >>> step = build({"version": "4.1.8", "url": "https://x/o.tar.bz2", "sha256": "ab"})
-    >>> "--with-cuda=/usr/local/cuda --with-ucx=/opt/ucx --with-pmix=/opt/pmix" in step.commands[6]
+    >>> b = debian("4.1.4-3")
+    >>> "--with-cuda=/usr/local/cuda --with-ucx=/opt/ucx" in b.build[0].commands[-4]
     True
-    >>> dict(env().values)["OMPI_MCA_pml"]
+    >>> dict(b.defaults)["OMPI_MCA_pml"]
     'ucx'
+    >>> binary().runtime_packages
+    ('openmpi-bin',)
 """
 
 from __future__ import annotations
 
-from containers.blocks import gdrcopy, pmix, source, ucx
-from containers.recipe import Copy, Env, Run
+from containers.blocks import debian_source, pmix, source, ucx
+from containers.recipe import Block, Copy
 
 PREFIX = "/opt/openmpi"
 MPICC = f"{PREFIX}/bin/mpicc"
-
-
-def build(pin: dict, cuda: str = "/usr/local/cuda") -> Run:
-    return source.configure_make(
-        "openmpi", pin,
-        (f"./configure --prefix={PREFIX} --with-cuda={cuda} --with-ucx={ucx.PREFIX}"
-         f" --with-pmix={pmix.PREFIX} --with-libevent=/usr --with-hwloc=/usr --with-slurm"
-         " --enable-mca-no-build=btl-uct --without-verbs --disable-man-pages"),
-        comment=f"Open MPI {pin['version']}: CUDA-aware, UCX, PMIx for srun --mpi=pmix")
-
-
-def library_path() -> str:
-    """Where the gpu flavour's own libraries live (gdrcopy, UCX, PMIx, Open MPI)."""
-    return ":".join(f"{p}/lib" for p in (PREFIX, ucx.PREFIX, pmix.PREFIX, gdrcopy.PREFIX))
-
-
-def env() -> Env:
-    """Defaults a site expects; each yields to a value set at run time."""
-    return Env((("OMPI_MCA_pml", "ucx"),
+# Debian 12's libraries an Open MPI built against its libevent and hwloc loads
+DEBIAN_RUNTIME_PACKAGES = ("libevent-2.1-7", "libevent-pthreads-2.1-7", "libhwloc15", "zlib1g")
+DEBIAN_MPICC = "/usr/bin/mpicc"
+# Containers usually lack CAP_SYS_PTRACE, which shared memory's CMA copy needs.
+NO_CMA = (("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),)
+# Defaults a site expects of a CUDA-aware build; each yields to a value set at run time.
+UCX_DEFAULTS = (("OMPI_MCA_pml", "ucx"),
                 ("OMPI_MCA_osc", "ucx"),
                 ("OMPI_MCA_btl", "^openib,uct,smcuda"),
-                ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+                *NO_CMA,
                 ("UCX_MEMTYPE_CACHE", "n"),
-                ("PMIX_MCA_gds", "hash")), defaults=True)
+                ("PMIX_MCA_gds", "hash"))
 
 
-def runtime() -> list:
-    return [Copy(PREFIX, PREFIX, from_stage="build")]
+def _configure(cuda: str, pmix_prefix: str, events: str) -> str:
+    return (f"./configure --prefix={PREFIX} --with-cuda={cuda} --with-ucx={ucx.PREFIX}"
+            f" --with-pmix={pmix_prefix} {events} --with-slurm"
+            " --enable-mca-no-build=btl-uct --without-verbs --disable-man-pages")
+
+
+def _block(step, packages=(), runtime_packages=()) -> Block:
+    return Block("openmpi", build=(step,), runtime=(Copy(PREFIX, PREFIX, from_stage="build"),),
+                 build_packages=packages, runtime_packages=runtime_packages,
+                 path=(f"{PREFIX}/bin",), library_dirs=(f"{PREFIX}/lib",), defaults=UCX_DEFAULTS)
+
+
+def binary() -> Block:
+    """Debian's Open MPI (cpu flavour): the packages, nothing built."""
+    return Block("openmpi", build_packages=("openmpi-bin", "libopenmpi-dev"),
+                 runtime_packages=("openmpi-bin",), defaults=NO_CMA)
+
+
+def debian(version: str, cuda: str = "/usr/local/cuda") -> Block:
+    """Debian 12's source package, configured CUDA-aware against Debian's PMIx, libevent, hwloc."""
+    step = debian_source.configure_make(
+        "openmpi", version,
+        # Debian's patches touch configure.ac and m4 files: regenerate, as Debian's build does
+        ("./autogen.pl --force",
+         _configure(cuda, pmix.DEBIAN_PREFIX, "--with-libevent=external --with-hwloc=external")
+         + " --disable-mpi-fortran --disable-oshmem --disable-mpi-java"),
+        comment=(f"Open MPI {version} (Debian 12's source): CUDA-aware, UCX, Debian's PMIx "
+                 "for srun --mpi=pmix, Slurm"))
+    return _block(step, debian_source.BUILD_PACKAGES + ucx.AUTOTOOLS + ("flex",),
+                  runtime_packages=DEBIAN_RUNTIME_PACKAGES)
+
+
+def upstream(pin: dict, cuda: str = "/usr/local/cuda") -> Block:
+    step = source.configure_make(
+        "openmpi", pin, _configure(cuda, pmix.PREFIX, "--with-libevent=/usr --with-hwloc=/usr"),
+        comment=f"Open MPI {pin['version']}: CUDA-aware, UCX, PMIx for srun --mpi=pmix")
+    return _block(step, source.BUILD_PACKAGES)
+

@@ -1,33 +1,32 @@
-"""The image's Python: Debian's (or Ubuntu's) python3 with one venv under the image prefix.
+"""The image's Python: the distribution's python3 with one venv under the image prefix.
 
 Example::
 
-    >>> build("/opt/x", "26.3")[0].commands
-    ('python3 -m venv /opt/x/venv', '/opt/x/venv/bin/pip install --no-cache-dir pip==26.3')
-    >>> dict(env("/opt/x").values)["PATH"]
-    '/opt/x/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+    >>> b = block("/opt/x", "26.3")
+    >>> b.build[0].commands
+    ('python3 -m venv /opt/x/venv', '/opt/x/venv/bin/pip install pip==26.3')
+    >>> b.path, dict(b.defaults)
+    (('/opt/x/venv/bin',), {'PIP_NO_CACHE_DIR': '1'})
 """
 
 from __future__ import annotations
 
-from containers.recipe import Copy, Env, Run
+from containers.recipe import Block, Copy, Run
 
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-BUILD_PACKAGES = ["python3", "python3-venv", "python3-dev", "build-essential", "ca-certificates"]
-RUNTIME_PACKAGES = ["python3"]
-
-
-def env(prefix: str, path_before: str = "") -> Env:
-    path = ":".join(p for p in (f"{prefix}/venv/bin", path_before, SYSTEM_PATH) if p)
-    return Env((("PATH", path), ("VIRTUAL_ENV", f"{prefix}/venv"),
-                ("PIP_NO_CACHE_DIR", "1"), ("PIP_DISABLE_PIP_VERSION_CHECK", "1")))
+BUILD_PACKAGES = ("python3", "python3-venv", "python3-dev", "build-essential", "ca-certificates")
+RUNTIME_PACKAGES = ("python3",)
+# pip's download cache: a BuildKit cache mount in the steps that install
+PIP_CACHE = "/root/.cache/pip"
 
 
-def build(prefix: str, pip: str) -> list:
+def block(prefix: str, pip: str) -> Block:
     """The venv with the project's pip (the distribution's is too old to build chainer)."""
-    return [Run((f"python3 -m venv {prefix}/venv",
-                 f"{prefix}/venv/bin/pip install --no-cache-dir pip=={pip}"), network=True)]
-
-
-def runtime(prefix: str) -> list:
-    return [Copy(f"{prefix}/venv", f"{prefix}/venv", from_stage="build")]
+    venv = f"{prefix}/venv"
+    step = Run((f"python3 -m venv {venv}", f"{venv}/bin/pip install pip=={pip}"),
+               network=True, cache=(PIP_CACHE,))
+    return Block("python", build=(step,), runtime=(Copy(venv, venv, from_stage="build"),),
+                 build_packages=BUILD_PACKAGES, runtime_packages=RUNTIME_PACKAGES,
+                 path=(f"{venv}/bin",),
+                 env=(("VIRTUAL_ENV", venv), ("PIP_DISABLE_PIP_VERSION_CHECK", "1")),
+                 # builds keep pip's downloads in a cache mount; the image keeps none
+                 defaults=(("PIP_NO_CACHE_DIR", "1"),))

@@ -1,10 +1,16 @@
-"""rdma-core user space (libibverbs, rdmacm, providers) from the distribution.
+"""rdma-core user space (libibverbs, librdmacm, the providers) from the distribution.
 
 Example::
 
-    >>> BUILD_PACKAGES
-    ['libibverbs-dev', 'librdmacm-dev', 'rdma-core', 'ibverbs-providers']
+    >>> block().runtime_packages
+    ('ibverbs-providers', 'libibverbs1', 'librdmacm1')
 """
 
-BUILD_PACKAGES = ["libibverbs-dev", "librdmacm-dev", "rdma-core", "ibverbs-providers"]
-RUNTIME_PACKAGES = ["libibverbs1", "librdmacm1", "ibverbs-providers", "rdma-core"]
+from __future__ import annotations
+
+from containers.recipe import Block
+
+
+def block() -> Block:
+    return Block("rdma-core", build_packages=("libibverbs-dev", "librdmacm-dev"),
+                 runtime_packages=("ibverbs-providers", "libibverbs1", "librdmacm1"))

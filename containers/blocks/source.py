@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from containers.recipe import Run
 
+# what fetch() needs in the build stage
+BUILD_PACKAGES = ("curl", "bzip2", "ca-certificates")
+
 
 def fetch(name: str, pin: dict) -> tuple[str, ...]:
     tarball = f"/tmp/src/{name}." + ("tar.bz2" if pin["url"].endswith(".bz2") else "tar.gz")

@@ -1,32 +1,62 @@
-"""UCX with CUDA, verbs, rdmacm and gdrcopy, from a pinned tarball.
+"""UCX with its CUDA transport, verbs and rdmacm: Debian 12's source package, or upstream's.
+
+``debian`` (the gpu flavour) builds Debian's signed source package; ``upstream`` (the
+gpu-upstream flavour) a pinned release tarball, with gdrcopy. Both link the CUDA
+module against the build stage's libcuda/libnvidia-ml stubs; at run time the host
+driver's libraries are used.
 
 Example::
 
-    >>> step = build({"version": "1.18.1", "url": "https://x/ucx.tar.gz", "sha256": "ab"})
-    >>> print(step.commands[5])
-    cd /tmp/src/ucx
-    >>> "--with-gdrcopy=/opt/gdrcopy" in step.commands[6]
-    True
+    >>> b = debian("1.13.1-1")
+    >>> print(b.build[0].commands[-4].replace(" --", "\\n  --"))
+    ./contrib/configure-release
+      --prefix=/opt/ucx
+      --with-cuda=/usr/local/cuda
+      --with-verbs
+      --with-rdmacm
+      --without-gdrcopy
+      --enable-mt
+      --without-java
+      --without-go
+      --disable-doxygen-doc LDFLAGS=-L/usr/local/cuda/lib64/stubs
+    >>> b.library_dirs, b.path
+    (('/opt/ucx/lib',), ('/opt/ucx/bin',))
 """
 
 from __future__ import annotations
 
-from containers.blocks import gdrcopy, source
-from containers.recipe import Copy, Run
+from containers.blocks import debian_source, gdrcopy, source
+from containers.recipe import Block, Copy
 
 PREFIX = "/opt/ucx"
+BUILD_PACKAGES = ("libnuma-dev",)
+RUNTIME_PACKAGES = ("libnuma1",)
+AUTOTOOLS = ("autoconf", "automake", "libtool", "pkg-config")
 
 
-def build(pin: dict, cuda: str = "/usr/local/cuda") -> Run:
-    return source.configure_make(
-        "ucx", pin,
-        (f"./contrib/configure-release --prefix={PREFIX} --with-cuda={cuda} --with-verbs"
-         f" --with-rdmacm --with-gdrcopy={gdrcopy.PREFIX} --enable-mt --without-java"
-         " --disable-doxygen-doc --disable-logging"
-         # link against the devel image's libcuda stub; the host driver's is used at run time
-         f" LDFLAGS=-L{cuda}/lib64/stubs"),
+def _configure(cuda: str, gdr: str) -> str:
+    return (f"./contrib/configure-release --prefix={PREFIX} --with-cuda={cuda} --with-verbs"
+            f" --with-rdmacm {gdr} --enable-mt --without-java --without-go"
+            " --disable-doxygen-doc"
+            # link against the build stage's libcuda stub; the host driver's is used at run time
+            f" LDFLAGS=-L{cuda}/lib64/stubs")
+
+
+def _block(build, packages=()) -> Block:
+    return Block("ucx", build=(build,), runtime=(Copy(PREFIX, PREFIX, from_stage="build"),),
+                 build_packages=BUILD_PACKAGES + packages, runtime_packages=RUNTIME_PACKAGES,
+                 path=(f"{PREFIX}/bin",), library_dirs=(f"{PREFIX}/lib",))
+
+
+def debian(version: str, cuda: str = "/usr/local/cuda") -> Block:
+    step = debian_source.configure_make(
+        "ucx", version, ("./autogen.sh", _configure(cuda, "--without-gdrcopy")),
+        comment=f"UCX {version} (Debian 12's source) with CUDA, verbs and rdmacm")
+    return _block(step, debian_source.BUILD_PACKAGES + AUTOTOOLS)
+
+
+def upstream(pin: dict, cuda: str = "/usr/local/cuda") -> Block:
+    step = source.configure_make(
+        "ucx", pin, _configure(cuda, f"--with-gdrcopy={gdrcopy.PREFIX}"),
         comment=f"UCX {pin['version']} with CUDA, verbs, rdmacm and gdrcopy")
-
-
-def runtime() -> list:
-    return [Copy(PREFIX, PREFIX, from_stage="build")]
+    return _block(step, source.BUILD_PACKAGES)

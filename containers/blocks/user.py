@@ -4,15 +4,16 @@ USER is numeric so that hosts without the name resolve it (hadolint DL3066).
 
 Example::
 
-    >>> print(runtime("rt", 1000)[0].commands[0])
+    >>> print(block("rt", 1000).runtime[0].commands[0])
     useradd --create-home --uid 1000 --shell /bin/bash rt
 """
 
 from __future__ import annotations
 
-from containers.recipe import Run, User, Workdir
+from containers.recipe import Block, Run, User, Workdir
 
 
-def runtime(name: str, uid: int) -> list:
-    return [Run((f"useradd --create-home --uid {uid} --shell /bin/bash {name}",)),
-            User(f"{uid}:{uid}"), Workdir(f"/home/{name}")]
+def block(name: str, uid: int) -> Block:
+    return Block("user", runtime=(Run((f"useradd --create-home --uid {uid} --shell /bin/bash "
+                                       f"{name}",)),
+                                  User(f"{uid}:{uid}"), Workdir(f"/home/{name}")))

@@ -1,0 +1,63 @@
+"""The gpu flavour (the default gpu image), built from what a site without a registry reaches.
+
+Debian 12 as base; CUDA 12's runtime and libraries, cuDNN and NCCL from NVIDIA's PyPI
+wheels (pyproject's ``gpu`` extra); UCX and Open MPI built CUDA-aware from Debian 12's
+source packages (apt's signatures vouch for them) against Debian's PMIx, the one its
+Slurm uses. No gdrcopy: no reachable source carries it.
+
+Example::
+
+    >>> from containers.versions import load
+    >>> sorted(system_versions(load()))
+    ['cuda', 'debian', 'openmpi', 'pmix', 'ucx']
+"""
+
+from __future__ import annotations
+
+from containers import compose
+from containers.blocks import (
+    chainermn_rt,
+    cuda,
+    cupy,
+    debian_source,
+    mpi4py,
+    openmpi,
+    pmix,
+    python_venv,
+    rdma_core,
+    ucx,
+)
+from containers.recipe import Recipe
+from containers.versions import pip_pin, python_pins
+
+BASE = "debian"
+EXTRAS = ("gpu",)
+
+
+def system_versions(v: dict) -> dict[str, str]:
+    d = v["debian"]
+    return {"debian": d["suite"], "cuda": python_pins(EXTRAS)["nvidia-cuda-runtime-cu12"],
+            "openmpi": debian_source.upstream(d["openmpi"]),
+            "ucx": debian_source.upstream(d["ucx"]), "pmix": d["pmix"]}
+
+
+def recipe(v: dict) -> Recipe:
+    prefix, d = v["image"]["prefix"], v["debian"]
+    gpu_pins = python_pins(EXTRAS)
+    wheel_pins = {k: p for k, p in gpu_pins.items() if k not in python_pins()}
+    blocks = [python_venv.block(prefix, pip_pin()),
+              cuda.wheels(python_pins(("gpu", "gpu-build"))),
+              rdma_core.block(), pmix.debian(), ucx.debian(d["ucx"]),
+              openmpi.debian(d["openmpi"]),
+              mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
+              cupy.block(wheel_pins, f"{prefix}/venv"),
+              chainermn_rt.block(f"{prefix}/src", EXTRAS)]
+    base = d["base"]
+    return Recipe("gpu", [
+        compose.build_stage(base, blocks, comment=(
+            "compilers, Python, rdma-core (verbs, rdmacm), Debian's PMIx, libevent and hwloc,"
+            "\nand what unpacking and building Debian's source packages needs")),
+        compose.runtime_stage(base, blocks, compose.final_steps("gpu", v, system_versions(v),
+                                                                EXTRAS),
+                              comment="the run-time stack only: Python, rdma-core, PMIx, NUMA"),
+    ])
