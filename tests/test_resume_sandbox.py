@@ -1,0 +1,112 @@
+"""Interrupted jobs resume exactly, on the Slurm sandbox: 2 nodes x 2 ranks of MNIST
+(tests/programs/resumable_mnist.py, which is examples/train_mnist.py with faults to inject).
+
+Each interrupted job must end with parameters bit-identical to one uninterrupted job's:
+requeued from outside with ``scontrol requeue``; stopped by its time-limit signal (the batch
+shell asks for a snapshot, then requeues itself); a rank killed while writing a snapshot (the
+set before it stays usable and a new job resumes from it). Seconds are printed, not checked.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.render import render
+from chainermn_rt.site import load_site
+from chainermn_rt.snapshots import check_set
+
+from conftest import PYTHON, REPO
+
+pytestmark = pytest.mark.slurm
+SITE = REPO / "slurm" / "sites" / "sandbox.toml"
+PROGRAM = str(REPO / "tests" / "programs" / "resumable_mnist.py")
+MNIST = ["--n-train", "4000", "--n-test", "400", "--unit", "100", "--batchsize", "50",
+         "--iterations", "120", "--snapshot-every", "20", "--log-every", "20", "--no-progress"]
+DIGEST = re.compile(r"^rank 0 parameters sha256 (\w+)$", re.MULTILINE)
+
+
+def _submit(sandbox, folder, *args, time_limit="10") -> str:
+    folder.mkdir(exist_ok=True)
+    plan = make_plan(load_site(SITE), Request(
+        nodes=2, gpus_per_node=2, time=time_limit, job_name="resume",
+        command=(PYTHON, PROGRAM, *MNIST, "--out", str(folder / "out"), *args)))
+    assert plan.world_size == 4
+    (folder / "job.sh").write_text(render(plan))
+    return sandbox.slurm.submit(folder / "job.sh", cwd=folder)
+
+
+def _finish(sandbox, folder, job) -> tuple[str, str]:
+    """Wait; (final state, the job's log: every run of it, appended)."""
+    started = time.monotonic()
+    try:
+        state = sandbox.slurm.wait(job, timeout=900, poll=0.5)  # a stuck sandbox, not a speed
+    finally:
+        sandbox.slurm.run(["scancel", job])
+    log = (folder / f"resume-{job}.out").read_text(errors="replace")
+    print(f"\nMEASURED job {job}: {state.state} after {time.monotonic() - started:.0f} s; "
+          f"restarts {sandbox.slurm.show(job).get('Restarts')}")
+    return state.state, log
+
+
+def _wait_for(path, job, sandbox, timeout=600) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert sandbox.slurm.state(job) is None, f"job {job} ended before {path} appeared"
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(sandbox, tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    state, log = _finish(sandbox, folder, _submit(sandbox, folder))
+    assert state == "COMPLETED", log[-3000:]
+    assert "resuming from" not in log
+    return DIGEST.findall(log)[-1]
+
+
+def test_a_job_requeued_with_scontrol_resumes_bit_identically(sandbox, tmp_path, uninterrupted):
+    job = _submit(sandbox, tmp_path, "--slow-from", "41")
+    _wait_for(tmp_path / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    proc = sandbox.slurm.run(["scontrol", "requeue", job])
+    assert proc.returncode == 0, proc.stderr
+    state, log = _finish(sandbox, tmp_path, job)
+    assert state == "COMPLETED", log[-3000:]
+    assert re.search(r"chainermn-rt: resuming from \S+/iter_0000000[4-9]0 ", log), log[-3000:]
+    assert sandbox.slurm.show(job).get("Restarts") == "1"
+    assert DIGEST.findall(log) == [uninterrupted]
+
+
+def test_the_time_limit_signal_snapshots_requeues_and_resumes_bit_identically(
+        sandbox, tmp_path, uninterrupted):
+    """--time 2 with the sandbox's signal USR2@60: the first run, slowed from iteration 41 to
+    2 s an iteration, cannot finish within its limit."""
+    job = _submit(sandbox, tmp_path, "--slow-from", "41", time_limit="2")
+    state, log = _finish(sandbox, tmp_path, job)
+    assert state == "COMPLETED", log[-3000:]
+    for line in ("SIGUSR2: asking the ranks for a snapshot",
+                 "written on the job's request (time limit or preemption)",
+                 f"requeueing job {job} (restart 1 of at most 3)", "chainermn-rt: resuming from"):
+        assert line in log, f"{line!r} missing:\n{log[-3000:]}"
+    assert DIGEST.findall(log) == [uninterrupted]
+
+
+def test_a_rank_killed_while_writing_leaves_the_previous_set_usable(sandbox, tmp_path,
+                                                                   uninterrupted):
+    job = _submit(sandbox, tmp_path, "--kill-writing-at", "60")
+    state, log = _finish(sandbox, tmp_path, job)
+    assert state == "FAILED" and "rank 1 killed while writing" in log, log[-3000:]
+    sets = tmp_path / "out" / "snapshots"
+    assert (sets / ".iter_000000060.tmp").is_dir() and not (sets / "iter_000000060").exists()
+    assert check_set(sets / "iter_000000040", world_size=4)["iteration"] == 40
+
+    again = _submit(sandbox, tmp_path)  # a new job in the same folder: it finds iteration 40
+    state, log = _finish(sandbox, tmp_path, again)
+    assert state == "COMPLETED", log[-3000:]
+    assert f"resuming from {sets / 'iter_000000040'} (iteration 40)" in log
+    assert DIGEST.findall(log) == [uninterrupted]
+    assert not (sets / ".iter_000000060.tmp").exists()  # cleared by the next write
