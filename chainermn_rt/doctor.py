@@ -301,7 +301,8 @@ def versions_check(image: bool, versions: dict | None, params: dict[str, str]) -
         wrong.append(f"openmpi {params.get('ompi:version:full')} (want {system['openmpi']})")
     if "ucx" in system:
         _, out = _tool(["ucx_info", "-v"])
-        have = re.search(r"Library version:\s*(\S+)", out)
+        # "Library version: X" (UCX >= 1.14), "# Version X" (1.13)
+        have = re.search(r"(?:Library version:|^# Version)\s*(\S+)", out, flags=re.MULTILINE)
         if not have or have.group(1) != system["ucx"]:
             wrong.append(f"ucx {have.group(1) if have else '?'} (want {system['ucx']})")
     if "cuda" in system:

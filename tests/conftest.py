@@ -22,7 +22,8 @@ import pytest
 mpi4py.rc.initialize = False
 mpi4py.rc.finalize = False
 
-pytest_plugins = ["fixtures_sandbox"]  # the session-scoped `sandbox` fixture (real Slurm)
+# session-scoped fixtures: `sandbox` (real Slurm); `engine`, `cpu_image`, `gpu_image` (Docker)
+pytest_plugins = ["fixtures_sandbox", "fixtures_docker"]
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

@@ -235,7 +235,10 @@ def test_cupy():
     assert docker(*block.build) == (
         "# CuPy and the CUDA, cuDNN and NCCL wheels (pyproject's gpu extra)\n"
         f"RUN {CACHE}{SECRET}{CA_PRELUDE} && \\\n"
-        "    pip install cupy-cuda12x==13.6.0 nvidia-nccl-cu12==2.1\n")
+        "    pip install cupy-cuda12x==13.6.0 nvidia-nccl-cu12==2.1 && \\\n"
+        "    rm -f /v/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.alt.so.*"
+        " /v/lib/python3*/site-packages/nvidia/cusolver/lib/libcusolverMg.so.*"
+        " /v/lib/python3*/site-packages/nvidia/nccl/lib/libnccl_device.*\n")
     assert block.library_dirs == ("/v/lib/python3*/site-packages/nvidia/*/lib",)
 
 

@@ -179,3 +179,14 @@ def test_cuda_runtime_is_compared_with_the_image(monkeypatch):
     monkeypatch.setattr(doctor, "_cuda_runtime", lambda: "12.4")
     failed = doctor.versions_check(True, versions, {})
     assert failed.status == "FAIL" and "CUDA runtime 12.4 (want 12.6.3)" in failed.reason
+
+
+def test_ucx_version_is_read_in_both_formats(fake_ucx_info, monkeypatch):
+    monkeypatch.setattr(doctor, "_expected_python", dict)  # only the system versions here
+    versions = {"flavor": "gpu", "python": {}, "system": {"ucx": "1.13.1"}}
+    for text in ("# Version 1.13.1\n# Git branch '<unknown>'", "# Library version: 1.13.1"):
+        fake_ucx_info(text)
+        assert doctor.versions_check(True, versions, {}).status == "ok", text
+    fake_ucx_info("# Version 1.18.1")
+    failed = doctor.versions_check(True, versions, {})
+    assert failed.status == "FAIL" and "ucx 1.18.1 (want 1.13.1)" in failed.reason

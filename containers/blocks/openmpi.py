@@ -23,8 +23,12 @@ from containers.recipe import Block, Copy
 
 PREFIX = "/opt/openmpi"
 MPICC = f"{PREFIX}/bin/mpicc"
+# mpirun's launcher wants an ssh client even for ranks on its own node (as Debian's
+# openmpi-bin depends on one)
+SSH = ("openssh-client",)
 # Debian 12's libraries an Open MPI built against its libevent and hwloc loads
-DEBIAN_RUNTIME_PACKAGES = ("libevent-2.1-7", "libevent-pthreads-2.1-7", "libhwloc15", "zlib1g")
+DEBIAN_RUNTIME_PACKAGES = ("libevent-2.1-7", "libevent-pthreads-2.1-7", "libhwloc15", "zlib1g",
+                           *SSH)
 DEBIAN_MPICC = "/usr/bin/mpicc"
 # Containers usually lack CAP_SYS_PTRACE, which shared memory's CMA copy needs.
 NO_CMA = (("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),)
@@ -73,5 +77,5 @@ def upstream(pin: dict, cuda: str = "/usr/local/cuda") -> Block:
     step = source.configure_make(
         "openmpi", pin, _configure(cuda, pmix.PREFIX, "--with-libevent=/usr --with-hwloc=/usr"),
         comment=f"Open MPI {pin['version']}: CUDA-aware, UCX, PMIx for srun --mpi=pmix")
-    return _block(step, source.BUILD_PACKAGES)
+    return _block(step, source.BUILD_PACKAGES, runtime_packages=SSH)
 
