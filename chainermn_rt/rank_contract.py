@@ -34,6 +34,13 @@ ABORT_ON_ERROR_VAR = "CHAINERMN_RT_ABORT_ON_ERROR"
 # writes STOP_FILE + STOP_DONE_SUFFIX (holding the snapshot's folder) for the shell to requeue.
 STOP_FILE_VAR = "CHAINERMN_RT_STOP_FILE"
 STOP_DONE_SUFFIX = ".done"
+# The stall watchdog (chainermn_rt.watchdog): seconds a collective may wait for a rank (0: off),
+# "abort" or "warn" when it does, seconds a rank may go silent while others wait (dead, node
+# lost), and seconds MPI's start-up may take (0: no limit).
+STALL_TIMEOUT_VAR = "CHAINERMN_RT_STALL_TIMEOUT"
+SILENT_TIMEOUT_VAR = "CHAINERMN_RT_SILENT_TIMEOUT"
+STALL_ACTION_VAR = "CHAINERMN_RT_STALL_ACTION"
+START_TIMEOUT_VAR = "CHAINERMN_RT_START_TIMEOUT"
 
 CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
 CPU_LIST_ALLOWED = "a CPU list such as \"0-13,56-69\""

@@ -9,8 +9,9 @@ Example::
 from __future__ import annotations
 
 import multiprocessing
+import threading
 
-from chainermn_rt import abort_on_error, devices
+from chainermn_rt import abort_on_error, devices, watchdog
 from chainermn_rt.communicators import (
     CPU_COMMUNICATOR,
     create_communicator,
@@ -18,6 +19,7 @@ from chainermn_rt.communicators import (
     resolve_name,
 )
 from chainermn_rt.job_env import JobEnvironment, check_against_mpi
+from chainermn_rt.watchdog import startup
 
 START_METHOD = "forkserver"  # fork after MPI/InfiniBand initialisation can crash
 
@@ -31,14 +33,24 @@ def setup(communicator: str = "auto", mpi_comm=None, *, abort_on_exception: bool
     (``LauncherMismatch`` when they disagree); choose the GPU for the local
     rank honouring ``CUDA_VISIBLE_DEVICES`` (CPU when none); create the
     communicator (``auto``: ``pure_nccl`` on a GPU with NCCL, else ``chunked``);
-    install the hook that calls ``MPI_Abort`` on an uncaught exception
-    (:mod:`chainermn_rt.abort_on_error`), so one failing rank ends the job instead of hanging it.
+    watch its collectives for stalls (:mod:`chainermn_rt.watchdog`); install the hook that
+    calls ``MPI_Abort`` on an uncaught exception (:mod:`chainermn_rt.abort_on_error`), so one
+    failing rank ends the job instead of hanging it.
 
     ``device`` is a ``chainer.backend.Device`` (``@cupy:N`` or ``@numpy``), already
     made current.
     """
     if start_method:
         multiprocessing.set_start_method(start_method, force=True)
+    finished = threading.Event()
+    startup.limit("chainermn_rt.setup() (MPI and the communicator's start-up)", finished.is_set)
+    try:
+        return _setup(communicator, mpi_comm, abort_on_exception, communicator_kwargs)
+    finally:
+        finished.set()
+
+
+def _setup(communicator, mpi_comm, abort_on_exception, communicator_kwargs):
     import chainer
     from mpi4py import MPI
 
@@ -50,7 +62,7 @@ def setup(communicator: str = "auto", mpi_comm=None, *, abort_on_exception: bool
         gpu = None  # it averages NumPy arrays: train on CPU
     device = chainer.get_device(f"@cupy:{gpu}" if gpu is not None else "@numpy")
     device.use()
-    comm = create_communicator(name, mpi_comm, **communicator_kwargs)
+    comm = watchdog.watch(create_communicator(name, mpi_comm, **communicator_kwargs))
     if abort_on_exception:
         install_abort_hook()
     return comm, device

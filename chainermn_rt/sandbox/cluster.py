@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -179,6 +180,38 @@ class Sandbox:
             raise SandboxError("sandbox not fully down: " + "; ".join(notes + problems))
         (self.state_dir / RECORD).unlink(missing_ok=True)
         return "\n".join([f"sandbox down, {self.state_dir}", *notes])
+
+    def fail_node(self, node: str) -> int:
+        """Lose ``node`` as a crash would: SIGKILL its slurmd and every process in its network
+        namespace (job steps, ranks). Returns how many were killed. :meth:`revive_node` undoes."""
+        inode = processes.netns_inode(netns.path(self.settings.netns(node)))
+        if node not in self.settings.node_names() or inode is None:
+            raise UserError(f"node: {node!r}; allowed: {', '.join(self.settings.node_names())}")
+        victims = processes.members({inode}, marker=b"\0")  # the marker never matches
+        for proc in victims:
+            try:
+                os.kill(proc["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(victims)
+
+    def revive_node(self, node: str, timeout: float = 120) -> None:
+        """Start ``node``'s slurmd again and return it to service; waits until it is idle."""
+        record = self._record()
+        if record is None:
+            raise SandboxError("sandbox not up; run `chainermn-rt sandbox up`")
+        env = {**self.slurm.env, daemons.MARKER_VAR: str(self.state_dir)}
+        record["procs"][f"slurmd-{node}"] = processes.spawn(
+            daemons.slurmd_argv(self.settings, node),
+            self.state_dir / "log" / f"slurmd-{node}.out", env)
+        self._save(record)
+        deadline = time.monotonic() + timeout
+        while (state := daemons.node_states(self.slurm).get(node)) != "idle":
+            if state and ("down" in state or "drain" in state):
+                self.slurm.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+            if time.monotonic() > deadline:
+                raise SandboxError(f"{node} did not come back within {timeout:.0f} s ({state})")
+            time.sleep(0.5)
 
     @staticmethod
     def _clear(left) -> list[str]:

@@ -60,12 +60,17 @@ def start_all(s: SandboxSettings, slurm: Slurm, procs: dict[str, dict],
     wait_for(lambda: slurm.run(["scontrol", "ping"], timeout=20).returncode == 0,
              "slurmctld to answer")
     for node in s.node_names():
-        start(f"slurmd-{node}", [
-            "nsenter", f"--net={netns.path(s.netns(node))}", "unshare", "--uts", "--mount",
-            "--propagation", "private", "sh", "-c", MOUNT_HOSTS, node,
-            str(state / "etc" / "hosts"), "slurmd", "-D", "-N", node, "-f", conf])
+        start(f"slurmd-{node}", slurmd_argv(s, node))
     wait_for(lambda: all(node_states(slurm).get(n) == "idle" for n in s.node_names()),
              "every node to be idle")
+
+
+def slurmd_argv(s: SandboxSettings, node: str) -> list[str]:
+    """A node's slurmd in the node's network namespace, with its own hostname and /etc/hosts."""
+    return ["nsenter", f"--net={netns.path(s.netns(node))}", "unshare", "--uts", "--mount",
+            "--propagation", "private", "sh", "-c", MOUNT_HOSTS, node,
+            str(s.state_dir / "etc" / "hosts"), "slurmd", "-D", "-N", node, "-f",
+            str(s.state_dir / "etc" / "slurm.conf")]
 
 
 def node_states(slurm: Slurm) -> dict[str, str]:

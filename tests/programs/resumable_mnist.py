@@ -1,4 +1,5 @@
-"""examples/train_mnist.py with faults to inject on a job's first run (tests/test_resume_sandbox.py).
+"""examples/train_mnist.py with faults to inject on a job's first run
+(tests/test_resume_sandbox.py).
 
 ``--slow-from N``: from iteration N on, every iteration sleeps 2 s (the job is still running when
 the test requeues it or its time-limit signal comes). ``--kill-writing-at N``: rank 1 dies by

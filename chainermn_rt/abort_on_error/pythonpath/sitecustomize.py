@@ -1,7 +1,9 @@
 """Run by every Python process of a rank: ``chainermn-rt rank`` puts this folder first on
-PYTHONPATH. Installs chainermn_rt.abort_on_error's hook, then runs the sitecustomize that this
-one hides (the next on sys.path), if any."""
+PYTHONPATH. Installs chainermn_rt.abort_on_error's hook, bounds MPI's start-up
+(chainermn_rt.watchdog.startup), then runs the sitecustomize that this one hides (the next on
+sys.path), if any."""
 
+import importlib
 import importlib.machinery
 import importlib.util
 import os
@@ -11,15 +13,17 @@ hidden = None  # the sitecustomize this one hides, once run
 
 
 
-def _install() -> None:
+def _guard(module: str, name: str, what: str) -> None:
     try:
-        from chainermn_rt.abort_on_error import install
-
-        install()
+        getattr(importlib.import_module(module), name)()
     except Exception as err:  # noqa: BLE001 - never stop the interpreter from starting
         if getattr(err, "name", None) != "chainermn_rt":  # else: a Python without chainermn_rt
-            print(f"chainermn-rt: warning: abort-on-error hook not installed: {err}",
-                  file=sys.stderr)
+            print(f"chainermn-rt: warning: {what} not installed: {err}", file=sys.stderr)
+
+
+def _install() -> None:
+    _guard("chainermn_rt.abort_on_error", "install", "abort-on-error hook")
+    _guard("chainermn_rt.watchdog.startup", "arm", "MPI start-up limit")
 
 
 def _run_hidden() -> None:

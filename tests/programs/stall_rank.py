@@ -1,0 +1,45 @@
+"""Five training iterations of a tiny model with ChainerMN's multi-node optimizer; rank
+``--rank`` misbehaves before iteration 4 (tests/test_watchdog*.py).
+
+``--how loop``: it never comes back (an endless loop, a stuck loader); ``--how late``: it
+comes back after ``--seconds``; ``--how startup``: it sleeps ``--seconds`` before MPI starts.
+"""
+
+import argparse
+import socket
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--rank", type=int, default=1)
+parser.add_argument("--how", choices=("loop", "late", "startup"), default="loop")
+parser.add_argument("--seconds", type=float, default=10)
+args = parser.parse_args()
+
+if args.how == "startup":
+    from chainermn_rt.job_env import JobEnvironment
+
+    if JobEnvironment.detect().global_rank == args.rank:
+        time.sleep(args.seconds)
+
+import chainer  # noqa: E402 - after the start-up delay
+import chainer.links as L  # noqa: E402
+import chainermn  # noqa: E402
+import numpy  # noqa: E402
+
+import chainermn_rt  # noqa: E402
+
+comm, device = chainermn_rt.setup()
+model = L.Classifier(L.Linear(4, 2))
+optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(), comm)
+optimizer.setup(model)
+x, t = numpy.ones((2, 4), numpy.float32), numpy.zeros(2, numpy.int32)
+for iteration in range(1, 6):
+    if comm.rank == args.rank and iteration == 4:
+        print(f"rank {comm.rank} on {socket.gethostname()} stalls before iteration 4", flush=True)
+        if args.how == "loop":
+            while True:
+                time.sleep(1)
+        elif args.how == "late":
+            time.sleep(args.seconds)
+    optimizer.update(model, x, t)
+print(f"rank {comm.rank}: 5 iterations done", flush=True)
