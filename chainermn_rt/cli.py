@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from chainermn_rt.errors import EXIT_STATUSES, EnvironmentProblem, JobFailed, UserError
@@ -29,6 +30,7 @@ COMMANDS = {
     "env": ("env", "print what the launcher says about this rank (JobEnvironment)"),
     "bench": ("bench", "allreduce: nccl-tests style sweep of every communicator; train: "
                        "images/s of a model on synthetic data"),
+    "snapshots": ("snapshots", "check the snapshot sets a resumable job wrote (OUT/snapshots)"),
     "scaling": ("scaling", "the paper's scaling study: train benchmark jobs at 1 GPU and "
                            "1, 2, 4 ... N nodes, a table and a plot"),
 }
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(module.run(args) or 0)
+    except BrokenPipeError:  # `| head`: the reader has gone; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (UserError, JobFailed, EnvironmentProblem) as err:
         print(f"chainermn-rt {known.command}: error: {err}", file=sys.stderr)
         return err.exit_status
