@@ -162,6 +162,22 @@ def test_two_ranks_train_mnist_under_ch_run(charliecloud_dir):
     assert sorted(r for r, _ in digests) == ["0", "1"] and len({d for _, d in digests}) == 1
 
 
+def charliecloud_site(sandbox, image_dir: Path, tmp_path: Path, *more_binds: str) -> Path:
+    """The sandbox profile with the charliecloud runtime: the sandbox's state (slurmd's spool
+    with the PMIx sockets), the job's folder and ``more_binds`` appear at the same paths inside
+    (ch-run binds only onto folders that exist in the image); examples/ at /mnt."""
+    site_text = (REPO / "slurm/sites/sandbox.toml").read_text()
+    binds = [f"{REPO / 'examples'}:/mnt", str(sandbox.state_dir), str(tmp_path), *more_binds]
+    for path in binds[1:]:
+        (image_dir / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    container = ('[container]\nruntime = "charliecloud"\n'
+                 f'image = "{image_dir}"\nbinds = {json.dumps(binds)}')
+    assert '[container]\nruntime = "none"' in site_text
+    site = tmp_path / "sandbox-charliecloud.toml"
+    site.write_text(site_text.replace('[container]\nruntime = "none"', container))
+    return site
+
+
 @pytest.mark.slurm
 def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charliecloud_dir,
                                                                    tmp_path):
@@ -170,17 +186,7 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
     from chainermn_rt.render import render
     from chainermn_rt.site import load_site
 
-    site_text = (REPO / "slurm/sites/sandbox.toml").read_text()
-    # the sandbox's state (slurmd spool with the PMIx sockets) and the job's folder appear at
-    # the same paths inside; ch-run binds only onto folders that exist in the image
-    binds = [f"{REPO / 'examples'}:/mnt", str(sandbox.state_dir), str(tmp_path)]
-    for path in binds[1:]:
-        (charliecloud_dir / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    container = ('[container]\nruntime = "charliecloud"\n'
-                 f'image = "{charliecloud_dir}"\nbinds = {json.dumps(binds)}')
-    assert '[container]\nruntime = "none"' in site_text
-    site = tmp_path / "sandbox-charliecloud.toml"
-    site.write_text(site_text.replace('[container]\nruntime = "none"', container))
+    site = charliecloud_site(sandbox, charliecloud_dir, tmp_path)
     plan = make_plan(load_site(site), Request(
         nodes=2, partition="cpu", job_name="ch-mnist", time="10",
         env=(("OMP_NUM_THREADS", "1"), ("USER", "root")),
@@ -198,3 +204,41 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
     digests = re.findall(r"rank (\d) parameters sha256 (\w+)", text)
     assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], text[-3000:]
     assert len({d for _, d in digests}) == 1, text[-3000:]
+
+
+@pytest.mark.slurm
+def test_in_charliecloud_a_failing_rank_ends_the_job_and_the_time_limit_requeues_exactly(
+        sandbox, charliecloud_dir, tmp_path):
+    """Across the container boundary: a rank's exception aborts the job; the batch shell on the
+    host traps the time-limit signal, rank 0 inside the image sees its stop file, the ranks
+    snapshot, the host requeues, and the job ends bit-identical to an uninterrupted one."""
+    from chainermn_rt.plan import Request, make_plan
+    from chainermn_rt.render import render
+    from chainermn_rt.site import load_site
+
+    site = load_site(charliecloud_site(sandbox, charliecloud_dir, tmp_path, str(REPO / "tests"),
+                                      str(REPO / "examples")))
+    env = (("OMP_NUM_THREADS", "1"), ("USER", "root"))
+    mnist = ["python", str(REPO / "tests" / "programs" / "resumable_mnist.py"), "--n-train",
+             "4000", "--n-test", "400", "--unit", "100", "--batchsize", "50", "--iterations",
+             "120", "--snapshot-every", "20", "--log-every", "20", "--no-progress"]
+    jobs = {"fail": (["python", str(REPO / "tests" / "programs" / "fail_rank.py")], "5"),
+            "reference": ([*mnist, "--out", str(tmp_path / "reference")], "5"),
+            "limit": ([*mnist, "--out", str(tmp_path / "limit"), "--slow-from", "41"], "2")}
+    logs = {}
+    for name, (command, time_limit) in jobs.items():
+        plan = make_plan(site, Request(nodes=2, partition="cpu", job_name=name, time=time_limit,
+                                       env=env, command=tuple(command)))
+        (tmp_path / f"{name}.sh").write_text(render(plan))
+        job = sandbox.slurm.submit(tmp_path / f"{name}.sh", cwd=tmp_path)
+        state = sandbox.slurm.wait(job, timeout=600, poll=0.5)
+        logs[name] = (tmp_path / f"{name}-{job}.out").read_text(errors="replace")
+        assert state.state == ("FAILED" if name == "fail" else "COMPLETED"), \
+            f"{name}: {state}\n{logs[name][-3000:]}"
+    assert re.search(r"chainermn-rt: rank 1 on node\d failed: RuntimeError: rank 1 fails on "
+                     r"purpose; aborting the job", logs["fail"]), logs["fail"][-3000:]
+    for line in ("SIGUSR2: asking the ranks for a snapshot", "written on the job's request",
+                 "requeueing job", "chainermn-rt: resuming from"):
+        assert line in logs["limit"], f"{line!r} missing:\n{logs['limit'][-3000:]}"
+    digest = re.compile(r"^rank 0 parameters sha256 (\w+)$", re.MULTILINE)
+    assert digest.findall(logs["limit"]) == digest.findall(logs["reference"]) != []
