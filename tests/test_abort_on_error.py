@@ -249,36 +249,24 @@ def test_an_exception_without_mpi_is_reported_as_usual():
     assert with_hook.stderr == without.stderr and "chainermn-rt" not in with_hook.stderr
 
 
-# -- real ranks (mpirun): rank 1 raises while rank 0 waits in an allreduce -----------------------
+# -- real ranks (mpirun): rank 1 fails while rank 0 waits in an allreduce ------------------------
 @pytest.mark.mpi
-@pytest.mark.parametrize("setup", [False, True], ids=["plain", "setup"])
-def test_a_failing_rank_under_the_rank_step_ends_mpirun(setup):
+@pytest.mark.parametrize("args, line", [
+    ([], LINE), (["--setup"], LINE),
+    (["--how", "exit"], "chainermn-rt: rank 1 on {host} exited with status 3; aborting the job"),
+    (["--how", "thread"], "chainermn-rt: rank 1 on {host} failed in thread 'loader': "
+                          "RuntimeError: rank 1's loader fails on purpose; aborting the job")],
+    ids=["plain", "setup", "exit", "thread"])
+def test_a_failing_rank_under_the_rank_step_ends_mpirun(args, line):
     """The 120 s timeout only stops a hang from blocking the suite; it is not a speed check."""
-    argv = mpirun_argv(2) + [PYTHON, "-m", "chainermn_rt", "rank", "--", PYTHON, FAIL,
-                             *(["--setup"] if setup else [])]
-    proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, cwd=REPO,
-                          timeout=120)
-    assert proc.returncode != 0
-    host = __import__("socket").gethostname()
-    assert LINE.format(host=host) in proc.stderr.splitlines(), proc.stderr
-    assert "second allreduce returned" not in proc.stdout
-    assert "Traceback" in proc.stderr  # the usual report comes first
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("how, line", [
-    ("exit", "chainermn-rt: rank 1 on {host} exited with status 3; aborting the job"),
-    ("thread", "chainermn-rt: rank 1 on {host} failed in thread 'loader': RuntimeError: rank 1's "
-               "loader fails on purpose; aborting the job")])
-def test_sys_exit_and_a_failing_thread_under_the_rank_step_end_mpirun(how, line):
-    argv = mpirun_argv(2) + [PYTHON, "-m", "chainermn_rt", "rank", "--", PYTHON, FAIL,
-                             "--how", how]
+    argv = mpirun_argv(2) + [PYTHON, "-m", "chainermn_rt", "rank", "--", PYTHON, FAIL, *args]
     proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, cwd=REPO,
                           timeout=120)
     assert proc.returncode != 0
     host = __import__("socket").gethostname()
     assert line.format(host=host) in proc.stderr.splitlines(), proc.stderr
     assert "second allreduce returned" not in proc.stdout
+    assert ("Traceback" in proc.stderr) is ("failed" in line)  # an exception is reported first
 
 
 def test_setup_installs_the_same_hook_unless_switched_off():
