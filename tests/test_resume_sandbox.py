@@ -29,14 +29,19 @@ MNIST = ["--n-train", "4000", "--n-test", "400", "--unit", "100", "--batchsize",
 DIGEST = re.compile(r"^rank 0 parameters sha256 (\w+)$", re.MULTILINE)
 
 
-def _submit(sandbox, folder, *args, time_limit="10") -> str:
+def _submit(sandbox, folder, *args, time_limit="10", sbatch=(), max_requeues=None) -> str:
     folder.mkdir(exist_ok=True)
-    plan = make_plan(load_site(SITE), Request(
+    site = SITE
+    if max_requeues is not None:
+        site = folder / "sandbox.toml"
+        site.write_text(SITE.read_text().replace("requeue = true",
+                                                 f"requeue = true\nmax_requeues = {max_requeues}"))
+    plan = make_plan(load_site(site), Request(
         nodes=2, gpus_per_node=2, time=time_limit, job_name="resume",
         command=(PYTHON, PROGRAM, *MNIST, "--out", str(folder / "out"), *args)))
     assert plan.world_size == 4
     (folder / "job.sh").write_text(render(plan))
-    return sandbox.slurm.submit(folder / "job.sh", cwd=folder)
+    return sandbox.slurm.submit(folder / "job.sh", list(sbatch), cwd=folder)
 
 
 def _finish(sandbox, folder, job) -> tuple[str, str]:
@@ -110,3 +115,28 @@ def test_a_rank_killed_while_writing_leaves_the_previous_set_usable(sandbox, tmp
     assert f"resuming from {sets / 'iter_000000040'} (iteration 40)" in log
     assert DIGEST.findall(log) == [uninterrupted]
     assert not (sets / ".iter_000000060.tmp").exists()  # cleared by the next write
+
+
+def test_an_array_task_requeues_itself_and_without_an_allowance_the_job_just_stops(
+        sandbox, tmp_path, uninterrupted):
+    """The batch shell's signal sent by hand (what Slurm does at the time limit, at once):
+    an array task requeues only itself; with max_requeues = 0 the job stops cleanly after the
+    snapshot and is not requeued."""
+    task = tmp_path / "task"
+    job = _submit(sandbox, task, "--slow-from", "41", sbatch=["--array=7"])
+    _wait_for(task / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    assert sandbox.slurm.run(["scancel", "--signal=USR2", "--batch", job]).returncode == 0
+    state, log = _finish(sandbox, task, job)
+    assert state == "COMPLETED", log[-3000:]
+    assert f"requeueing job {job}_7 (restart 1 of at most 3)" in log, log[-3000:]
+    assert DIGEST.findall(log) == [uninterrupted]
+
+    once = tmp_path / "once"
+    job = _submit(sandbox, once, "--slow-from", "41", max_requeues=0)
+    _wait_for(once / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    assert sandbox.slurm.run(["scancel", "--signal=USR2", "--batch", job]).returncode == 0
+    state, log = _finish(sandbox, once, job)
+    assert state == "COMPLETED" and sandbox.slurm.show(job).get("Restarts") == "0", log[-3000:]
+    assert re.search(r"snapshot \S+/iter_0000000[4-9]\d written; not requeueing \(0 restart\(s\) "
+                     r"allowed, 0 done\)", log), log[-3000:]
+    assert not DIGEST.findall(log)  # it stopped; a rerun would go on from the snapshot
