@@ -106,8 +106,11 @@ def test_gpu_checks_fail_when_the_image_disagrees_with_versions(engine, gpu_imag
     assert "provoked" in checks["imports"]["reason"]
 
 
+# 4 doubles (eager) and 4 Mi doubles (32 MiB: rendezvous, where UCX's CMA would abort)
 ALLREDUCE = ("from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; "
              "s = np.zeros(4); c.Allreduce(np.full(4, c.rank + 1.0), s); "
+             "b = np.zeros(1 << 22); c.Allreduce(np.full(1 << 22, c.rank + 1.0), b); "
+             "assert (b == 3.0).all(); "
              "print('rank', c.rank, 'of', c.size, 'sum', s.tolist(), "
              "MPI.Get_library_version().split(',')[0])")
 

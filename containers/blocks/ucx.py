@@ -19,8 +19,8 @@ Example::
       --without-java
       --without-go
       --disable-doxygen-doc LDFLAGS=-L/usr/local/cuda/lib64/stubs
-    >>> b.library_dirs, b.path
-    (('/opt/ucx/lib',), ('/opt/ucx/bin',))
+    >>> b.library_dirs, b.path, b.defaults
+    (('/opt/ucx/lib',), ('/opt/ucx/bin',), (('UCX_TLS', '^cma'),))
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ PREFIX = "/opt/ucx"
 BUILD_PACKAGES = ("libnuma-dev",)
 RUNTIME_PACKAGES = ("libnuma1",)
 AUTOTOOLS = ("autoconf", "automake", "libtool", "pkg-config")
+# Containers usually may not ptrace their neighbours (no CAP_SYS_PTRACE; Yama under ch-run and
+# Apptainer), which UCX's CMA copies need: it aborts on the first large message. Shared memory
+# (posix, sysv) carries node-local traffic instead; a caller's UCX_TLS wins.
+DEFAULTS = (("UCX_TLS", "^cma"),)
 
 
 def _configure(cuda: str, gdr: str) -> str:
@@ -45,7 +49,7 @@ def _configure(cuda: str, gdr: str) -> str:
 def _block(build, packages=()) -> Block:
     return Block("ucx", build=(build,), runtime=(Copy(PREFIX, PREFIX, from_stage="build"),),
                  build_packages=BUILD_PACKAGES + packages, runtime_packages=RUNTIME_PACKAGES,
-                 path=(f"{PREFIX}/bin",), library_dirs=(f"{PREFIX}/lib",))
+                 path=(f"{PREFIX}/bin",), library_dirs=(f"{PREFIX}/lib",), defaults=DEFAULTS)
 
 
 def debian(version: str, cuda: str = "/usr/local/cuda") -> Block:
