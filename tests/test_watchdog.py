@@ -54,6 +54,14 @@ def test_ranks_text():
     assert ranks_text([0, 1, 2, 5, 7, 8]) == "ranks 0-2,5,7-8"
 
 
+def test_autowatch_wraps_chainermn_create_communicator_once_imported():
+    code = ("from chainermn_rt.watchdog import autowatch; autowatch.install(); import chainermn; "
+            "print(chainermn.create_communicator._chainermn_rt_watched)")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=clean_launcher_env())
+    assert proc.stdout == "True\n", proc.stderr
+
+
 def _r(seq, op, seconds, iteration=7):
     return Report(seq, iteration, op, seconds)
 
@@ -95,8 +103,10 @@ def _mpirun(n, *args, **env) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.mpi
-def test_a_rank_in_an_endless_loop_is_named_and_the_job_aborted():
-    proc = _mpirun(3, "--how", "loop", **{STALL_TIMEOUT_VAR: "3"})
+@pytest.mark.parametrize("plain", [False, True], ids=["setup", "unmodified-chainermn"])
+def test_a_rank_in_an_endless_loop_is_named_and_the_job_aborted(plain):
+    proc = _mpirun(3, "--how", "loop", *(["--plain"] if plain else []),
+                   **{STALL_TIMEOUT_VAR: "3"})
     assert proc.returncode != 0
     lines = [x for x in proc.stderr.splitlines() if x.startswith("chainermn-rt: stall:")]
     assert len(lines) == 1, proc.stderr

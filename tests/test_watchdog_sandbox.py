@@ -52,7 +52,9 @@ def _log(folder: Path, job: str) -> str:
 
 
 def test_a_stalled_rank_is_named_and_the_job_ends(sandbox, tmp_path):
-    job = _submit(sandbox, tmp_path, [PYTHON, STALL, "--how", "loop"], **{STALL_TIMEOUT_VAR: "5"})
+    """An unmodified ChainerMN script (chainermn.create_communicator, no setup())."""
+    job = _submit(sandbox, tmp_path, [PYTHON, STALL, "--how", "loop", "--plain"],
+                  **{STALL_TIMEOUT_VAR: "5"})
     while "stalls before iteration 4" not in _log(tmp_path, job):
         assert sandbox.slurm.state(job) is None, _log(tmp_path, job)
         time.sleep(0.2)

@@ -13,6 +13,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--rank", type=int, default=1)
 parser.add_argument("--how", choices=("loop", "late", "startup"), default="loop")
 parser.add_argument("--seconds", type=float, default=10)
+parser.add_argument("--plain", action="store_true",
+                    help="an unmodified ChainerMN script: chainermn.create_communicator, no setup")
 args = parser.parse_args()
 
 if args.how == "startup":
@@ -28,7 +30,7 @@ import numpy  # noqa: E402
 
 import chainermn_rt  # noqa: E402
 
-comm, device = chainermn_rt.setup()
+comm = chainermn.create_communicator("naive") if args.plain else chainermn_rt.setup()[0]
 model = L.Classifier(L.Linear(4, 2))
 optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(), comm)
 optimizer.setup(model)

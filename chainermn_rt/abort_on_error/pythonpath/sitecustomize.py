@@ -1,6 +1,7 @@
 """Run by every Python process of a rank: ``chainermn-rt rank`` puts this folder first on
 PYTHONPATH. Installs chainermn_rt.abort_on_error's hook, bounds MPI's start-up
-(chainermn_rt.watchdog.startup), then runs the sitecustomize that this one hides (the next on
+(chainermn_rt.watchdog.startup), watches the communicators chainermn makes
+(chainermn_rt.watchdog.autowatch), then runs the sitecustomize that this one hides (the next on
 sys.path), if any."""
 
 import importlib
@@ -24,6 +25,7 @@ def _guard(module: str, name: str, what: str) -> None:
 def _install() -> None:
     _guard("chainermn_rt.abort_on_error", "install", "abort-on-error hook")
     _guard("chainermn_rt.watchdog.startup", "arm", "MPI start-up limit")
+    _guard("chainermn_rt.watchdog.autowatch", "install", "stall watchdog")
 
 
 def _run_hidden() -> None:
