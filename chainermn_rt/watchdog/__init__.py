@@ -1,8 +1,9 @@
 """The stall watchdog: a collective that waits too long for a rank is named, then the job ends.
 
 ``chainermn_rt.setup()`` calls :func:`watch` on the communicator it makes; under the per-rank
-step, so does ``chainermn.create_communicator`` (:mod:`~chainermn_rt.watchdog.autowatch`). Each collective method of the
-communicator then notes where this rank is (:class:`Progress`: a few attribute writes per call).
+step, so does ``chainermn.create_communicator`` (:mod:`~chainermn_rt.watchdog.autowatch`).
+Each collective method of the communicator then notes where this rank is (:class:`Progress`:
+a few attribute writes per call).
 A daemon thread on every rank sends that to rank 0 every few seconds over a duplicate of the
 communicator's MPI communicator; rank 0's thread finds a collective that has waited
 ``CHAINERMN_RT_STALL_TIMEOUT`` seconds (default 600; 0: no watchdog), or ranks silent for
