@@ -39,7 +39,14 @@ from chainermn_rt import abort_on_error
 from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_env import JobEnvironment, shown
-from chainermn_rt.rank_contract import RANK_LOG_VAR, SLOTS_VAR, VERBOSE_VAR, Slot, load_slots
+from chainermn_rt.rank_contract import (
+    RANK_LOG_VAR,
+    RANK_PID_VAR,
+    SLOTS_VAR,
+    VERBOSE_VAR,
+    Slot,
+    load_slots,
+)
 
 
 @dataclass
@@ -128,6 +135,7 @@ def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
                   f"allowed CPUs {sorted(allowed)}; not binding", file=sys.stderr)
     environ.update(b.env)
     environ.update(abort_on_error.rank_env(environ))
+    environ[RANK_PID_VAR] = str(os.getpid())  # exec keeps it
     pattern = environ.get(RANK_LOG_VAR)
     if pattern:
         path = Path(_rank_log(pattern, b.job, environ))

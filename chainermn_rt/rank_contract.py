@@ -39,6 +39,9 @@ STOP_DONE_SUFFIX = ".done"
 # lost), and seconds MPI's start-up may take (0: no limit).
 STALL_TIMEOUT_VAR = "CHAINERMN_RT_STALL_TIMEOUT"
 SILENT_TIMEOUT_VAR = "CHAINERMN_RT_SILENT_TIMEOUT"
+# The rank's process id, set by the per-rank step before it execs COMMAND: the start-up limit
+# applies to that process only, not to the Python processes it starts (data loaders).
+RANK_PID_VAR = "CHAINERMN_RT_RANK_PID"
 STALL_ACTION_VAR = "CHAINERMN_RT_STALL_ACTION"
 START_TIMEOUT_VAR = "CHAINERMN_RT_START_TIMEOUT"
 

@@ -10,7 +10,12 @@ import subprocess
 import pytest
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.rank_contract import STALL_ACTION_VAR, STALL_TIMEOUT_VAR, START_TIMEOUT_VAR
+from chainermn_rt.rank_contract import (
+    RANK_PID_VAR,
+    STALL_ACTION_VAR,
+    STALL_TIMEOUT_VAR,
+    START_TIMEOUT_VAR,
+)
 from chainermn_rt.watchdog import Progress
 from chainermn_rt.watchdog.diagnosis import Report, diagnose, ranks_text
 from chainermn_rt.watchdog.settings import read
@@ -60,6 +65,22 @@ def test_autowatch_wraps_chainermn_create_communicator_once_imported():
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
                           env=clean_launcher_env())
     assert proc.stdout == "True\n", proc.stderr
+
+
+@pytest.mark.parametrize("rank_pid, armed", [(None, True), ("1", False)],
+                         ids=["the-rank", "a-process-it-started"])
+def test_the_start_up_limit_applies_to_the_ranks_own_process_only(rank_pid, armed):
+    code = ("import time; from chainermn_rt.watchdog import startup; print(startup.arm()); "
+            "time.sleep(2)")
+    env = clean_launcher_env() | {START_TIMEOUT_VAR: "2", "SLURM_STEP_ID": "0",
+                                  "SLURM_PROCID": "5"}
+    if rank_pid:
+        env[RANK_PID_VAR] = rank_pid
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert proc.stdout == f"{armed}\n"
+    said = f"chainermn-rt: rank 5 on {HOST} has not begun MPI start-up 1 s after it started"
+    assert (said in proc.stderr) is armed, proc.stderr
 
 
 def _r(seq, op, seconds, iteration=7):

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from chainermn_rt.job_env import JobEnvironment
+from chainermn_rt.rank_contract import RANK_PID_VAR
 from chainermn_rt.watchdog.settings import read
 
 MODULE = "mpi4py.MPI"
@@ -113,7 +114,11 @@ class _MpiStartup:
 
 
 def arm(environ: Mapping[str, str] | None = None) -> bool:
-    """Bound MPI's start-up in this process (once); returns whether it is on."""
+    """Bound MPI's start-up in this process (once); returns whether it is on. Only in the
+    rank's own process where the per-rank step says which that is (not in its data loaders)."""
+    environ = os.environ if environ is None else environ
+    if environ.get(RANK_PID_VAR, str(os.getpid())) != str(os.getpid()):
+        return False
     timeout = read(environ).start_timeout
     if not timeout or MODULE in sys.modules \
             or any(isinstance(f, _MpiStartup) for f in sys.meta_path):
