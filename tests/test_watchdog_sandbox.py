@@ -25,10 +25,13 @@ MNIST = [PYTHON, str(REPO / "examples" / "train_mnist.py"), "--n-train", "4000",
          "--batchsize", "50", "--iterations", "1000000", "--log-every", "100", "--no-progress"]
 
 
-def _submit(sandbox, folder: Path, command, **env) -> str:
-    plan = make_plan(load_site(SITE), Request(nodes=2, gpus_per_node=2, time="10",
-                                              job_name="watchdog", command=tuple(command),
-                                              env=tuple(env.items())))
+def _submit(sandbox, folder: Path, command, launcher="srun", **env) -> str:
+    where = dict(gpus_per_node=2) if launcher == "srun" else dict(partition="cpu",
+                                                                   launcher="mpirun")
+    plan = make_plan(load_site(SITE), Request(nodes=2, time="10", job_name="watchdog",
+                                              command=tuple(command), env=tuple(env.items()),
+                                              **where))
+    assert plan.world_size == 4
     (folder / "job.sh").write_text(render(plan))
     # --no-requeue: were Slurm to notice a lost node first, the job would end, not wait
     return sandbox.slurm.submit(folder / "job.sh", ["--no-requeue"], cwd=folder)
@@ -77,21 +80,33 @@ def test_a_rank_that_never_starts_mpi_is_named_and_the_job_ends(sandbox, tmp_pat
                      r"it began; ending the job", log), log[-3000:]
 
 
-def test_a_lost_node_is_named_and_the_job_ends(sandbox, tmp_path):
-    """node2's slurmd, step and ranks are SIGKILLed mid-training (MNIST, default settings)."""
-    job = _submit(sandbox, tmp_path, [*MNIST, "--out", str(tmp_path / "out")])
-    while "iteration" not in _log(tmp_path, job):  # the first log line: training runs
+@pytest.mark.parametrize("launcher, command, started", [
+    ("srun", [*MNIST], "iteration"),
+    ("mpirun", [PYTHON, STALL, "--how", "none", "--seconds", "600", "--plain"], "training")],
+    ids=["srun-setup", "mpirun-unmodified-chainermn"])
+def test_a_lost_node_is_named_and_the_job_ends(sandbox, tmp_path, launcher, command, started):
+    """node2's slurmd, step and ranks are SIGKILLed mid-training (default settings): the
+    MNIST example under srun, an unmodified ChainerMN script under mpirun."""
+    job = _submit(sandbox, tmp_path, [*command, *(["--out", str(tmp_path / "out")]
+                                                  if launcher == "srun" else [])],
+                  launcher=launcher)
+    while started not in _log(tmp_path, job):  # training runs
         assert sandbox.slurm.state(job) is None, _log(tmp_path, job)
         time.sleep(0.5)
+    time.sleep(2)
     try:
         fault = datetime.now()
-        assert sandbox.fail_node("node2") >= 3  # slurmd, slurmstepd, ranks
+        assert sandbox.fail_node("node2") >= 3  # slurmd, slurmstepd, ranks (orted)
         state, log = _finish(sandbox, tmp_path, job, fault)
     finally:
         sandbox.revive_node("node2")
     assert state == "FAILED", log[-3000:]
     line = next((x for x in log.splitlines() if x.startswith("chainermn-rt: stall:")), "")
-    assert re.match(r"chainermn-rt: stall: ranks 0-1 wait in \w+ \(iteration \d+\) for \d+ s; "
-                    r"not arrived: rank 2 on node2 \(silent for \d+ s: dead, wedged or its node "
-                    r"lost; .*\); rank 3 on node2 \(silent for \d+ s: dead, wedged or its node "
-                    r"lost; .*\); aborting the job\Z", line), log[-3000:]
+    named = re.match(r"chainermn-rt: stall: ranks 0-1 wait in \w+ \(iteration \d+\) for \d+ s; "
+                     r"not arrived: rank 2 on node2 \(silent for \d+ s: dead, wedged or its node "
+                     r"lost; .*\); rank 3 on node2 \(silent for \d+ s: dead, wedged or its node "
+                     r"lost; .*\); aborting the job\Z", line)
+    # mpirun sees its daemon on node2 go first and ends the job itself, naming the node
+    assert named or (launcher == "mpirun" and re.search(
+        r"ORTE has lost communication with a remote daemon\.\s+HNP daemon.*\n\s*Remote daemon: "
+        r"\S+ on node node2", log)), log[-3000:]
