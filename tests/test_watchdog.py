@@ -98,7 +98,8 @@ def test_a_silent_rank_and_a_rank_that_never_reported_are_named():
                     silent_timeout=30)
     assert line == ("stall: rank 0 waits in allreduce_obj (iteration 7) for 90 s; not arrived: "
                     "rank 1 on b (silent for 95 s: dead, wedged or its node lost; last in "
-                    "bcast_obj, iteration 7); rank 2 (never reported)")
+                    "bcast_obj, iteration 7); rank 2 (silent for 95 s: dead, wedged or its node "
+                    "lost; never reported)")
 
 
 def test_a_silent_rank_ends_the_wait_long_before_the_stall_timeout():

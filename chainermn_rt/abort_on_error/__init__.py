@@ -66,14 +66,14 @@ def install(environ: Mapping[str, str] | None = None) -> bool:
     previous, previous_thread_hook, previous_exit = sys.excepthook, threading.excepthook, sys.exit
 
     def hook(exc_type, value, tb):
+        user_error = isinstance(value, UserError)
         try:
-            if isinstance(value, UserError):
-                if _shows(value):
-                    print(f"chainermn-rt: error: {value}", file=sys.stderr, flush=True)
-            else:
+            if not user_error:
                 previous(exc_type, value, tb)
+            elif _shows(value):
+                print(f"chainermn-rt: error: {value}", file=sys.stderr, flush=True)
         finally:
-            abort_if_mpi(exc_type, value)
+            abort_if_mpi(exc_type, value, announce=not user_error)  # its line says it all
 
     def thread_hook(args):
         try:
@@ -134,8 +134,10 @@ def failure_line(rank: int, host: str, exc_type: type, value: BaseException | No
     return f"chainermn-rt: rank {rank} on {host} failed: {what}; aborting the job"
 
 
-def abort_if_mpi(exc_type: type, value: BaseException | None, thread=None) -> None:
-    """``MPI_Abort`` the job when this process is one of several live MPI ranks; else nothing."""
+def abort_if_mpi(exc_type: type, value: BaseException | None, thread=None,
+                 announce: bool = True) -> None:
+    """``MPI_Abort`` the job when this process is one of several live MPI ranks; else nothing.
+    ``announce``: first print the one line naming the rank, host and exception."""
     mpi = _live_world()
     if mpi is None:
         return
@@ -148,7 +150,8 @@ def abort_if_mpi(exc_type: type, value: BaseException | None, thread=None) -> No
     line = failure_line(world.Get_rank(), socket.gethostname(), exc_type, value)
     if thread is not None:
         line = line.replace(" failed:", f" failed in thread {thread.name!r}:", 1)
-    print(line, file=sys.stderr, flush=True)
+    if announce:
+        print(line, file=sys.stderr, flush=True)
     world.Abort(exc_type.exit_status if issubclass(exc_type, UserError) else 1)
 
 

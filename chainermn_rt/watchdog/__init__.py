@@ -101,28 +101,30 @@ class Watchdog(threading.Thread):
         self.stopping = threading.Event()
         self.reports: dict[int, Report | None] = dict.fromkeys(range(self.size))
         self.heard = dict.fromkeys(range(self.size), time.monotonic())
-        self.hosts: dict[int, str] = {}
+        # collective too: every rank's host, known before any report
+        self.hosts = dict(enumerate(self.comm.allgather(socket.gethostname())))
         self.offset: dict[int, float] = {}
         self.warned: set[int] = set()
 
     def run(self) -> None:
-        host = socket.gethostname()
-        while not self.stopping.wait(self.interval):
-            message = (self.progress.report(), host, time.monotonic())
+        while True:  # a first report at once, then one every interval
+            message = (self.progress.report(), time.monotonic())
             if self.rank == 0:
                 self.take(0, message)
                 self.receive()
                 self.check()
             else:
                 self.comm.send(message, dest=0, tag=_TAG)
+            if self.stopping.wait(self.interval):
+                return
 
     def take(self, rank: int, message) -> None:
         """A report, dated by the sender's clock: the least delay seen so far maps its clock to
         ours, so a report that arrives late still counts from when it was sent."""
-        report, host, sent = message
+        report, sent = message
         now = time.monotonic()
         self.offset[rank] = min(self.offset.get(rank, now - sent), now - sent)
-        self.reports[rank], self.hosts[rank] = Report(*report), host
+        self.reports[rank] = Report(*report)
         self.heard[rank] = max(self.heard[rank], sent + self.offset[rank])
 
     def receive(self) -> None:

@@ -68,12 +68,12 @@ def diagnose(reports: dict[int, Report | None], hosts: dict[int, str],
 def _where(rank: int, rep: Report | None, hosts: dict[int, str], silent: dict[int, float],
            quiet: float) -> str:
     who = f"rank {rank}" + (f" on {hosts[rank]}" if rank in hosts else "")
-    if rep is None:
-        return f"{who} (never reported)"
     if silent.get(rank, 0) >= quiet:
-        return f"{who} (silent for {silent[rank]:.0f} s: dead, wedged or its node lost; last " \
-               f"{'in ' + rep.op if rep.op else 'between collectives'}, iteration " \
-               f"{rep.iteration})"
+        last = "never reported" if rep is None else \
+            f"last {'in ' + rep.op if rep.op else 'between collectives'}, iteration {rep.iteration}"
+        return f"{who} (silent for {silent[rank]:.0f} s: dead, wedged or its node lost; {last})"
+    if rep is None:
+        return f"{who} (not reported yet)"
     if rep.op:
         return f"{who} (in {rep.op}, iteration {rep.iteration}, for {rep.seconds:.0f} s)"
     return f"{who} (after iteration {rep.iteration}, outside collectives for " \
