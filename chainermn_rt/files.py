@@ -20,14 +20,16 @@ from typing import IO
 
 def write_atomically(path: Path, write: Callable[[IO], object], binary: bool = False,
                      mode: int | None = None) -> None:
-    """``write(file)`` into a temporary file beside ``path``, then rename it over ``path``
-    with permissions ``mode`` (default: what ``open`` would give, 0666 less the umask); on
-    any error nothing is left behind."""
+    """``write(file)`` into a temporary file beside ``path``, flush it to disk (fsync), then
+    rename it over ``path`` with permissions ``mode`` (default: what ``open`` would give, 0666
+    less the umask); on any error nothing is left behind."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             write(f)
+            f.flush()
+            os.fsync(f.fileno())
         if mode is None:
             umask = os.umask(0)
             os.umask(umask)

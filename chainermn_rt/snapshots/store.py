@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.files import write_atomically
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -81,13 +82,8 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_file(path: Path, data: bytes) -> None:
-    """``data`` to ``path`` whole or not at all: temporary name, fsync, rename."""
-    tmp = path.with_name(f".{path.name}.part")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """``data`` to ``path`` whole or not at all (:func:`chainermn_rt.files.write_atomically`)."""
+    write_atomically(path, lambda f: f.write(data), binary=True)
 
 
 def npz_bytes(arrays: Mapping[str, Any]) -> bytes:
