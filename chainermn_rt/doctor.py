@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -126,13 +127,33 @@ def ucx_check(flavor: str) -> Check:
     return Check("ucx", FAIL, f"ucx_info -d lists {sorted(transports)}: needs cuda and ib")
 
 
-def _library_version(soname: str, function: str, decode) -> tuple[str | None, str]:
-    """(version, where) read by calling ``function`` of ``soname`` (no GPU or driver needed)."""
-    try:
-        lib = ctypes.CDLL(soname)
-    except OSError as err:
-        return None, str(err)
-    return decode(lib, getattr(lib, function)), soname
+def _wheel_library_dirs() -> list[Path]:
+    """``nvidia/*/lib`` folders of NVIDIA's wheels on ``sys.path`` (``nvidia-nccl-cu13``,
+    ``nvidia-cudnn-cu13`` ...): where CuPy and PyTorch find NCCL and cuDNN outside an image."""
+    found = []
+    for entry in sys.path:
+        folder = Path(entry or ".") / "nvidia"
+        if folder.is_dir():
+            found += sorted(p for p in folder.glob("*/lib") if p.is_dir())
+    return found
+
+
+def _library_version(sonames: tuple[str, ...], function: str, decode
+                     ) -> tuple[str | None, str]:
+    """(version, where) read by calling ``function`` of the first of ``sonames`` that loads,
+    by the dynamic linker's search or from NVIDIA's wheels (no GPU or driver needed);
+    (None, why) when none does."""
+    errors = []
+    for soname in sonames:
+        for name in [soname] + [str(d / soname) for d in _wheel_library_dirs()
+                                if (d / soname).is_file()]:
+            try:
+                lib = ctypes.CDLL(name)
+            except OSError as err:
+                errors.append(str(err))
+                continue
+            return decode(lib, getattr(lib, function)), name
+    return None, "; ".join(errors[:2])
 
 
 def _nccl_decode(_lib, get_version) -> str:
@@ -164,18 +185,20 @@ def _pinned(versions: dict | None, section: str, name: str) -> str | None:
     return ((versions or {}).get(section) or {}).get(name)
 
 
-def _library_check(name: str, flavor: str, soname: str, function: str, decode,
-                   want: str | None) -> Check:
-    """ok when ``soname`` loads and its version matches ``want`` (the first three numbers)."""
+def _library_check(name: str, flavor: str, soname: str | tuple[str, ...], function: str,
+                   decode, want: str | None) -> Check:
+    """ok when ``soname`` (or the first of several) loads and its version matches ``want``
+    (the first three numbers)."""
     if not _gpu(flavor):
         return Check(name, NA, f"{flavor} flavour has no {soname}")
-    have, where = _library_version(soname, function, decode)
+    sonames = (soname,) if isinstance(soname, str) else soname
+    have, where = _library_version(sonames, function, decode)
     if have is None:
-        return Check(name, FAIL, f"{soname} does not load: {where}")
+        return Check(name, FAIL, f"{' or '.join(sonames)} does not load: {where}")
     if want is not None and have != ".".join(want.split(".")[:3]):
-        return Check(name, FAIL, f"{soname} is {have} (want {want})")
+        return Check(name, FAIL, f"{where} is {have} (want {want})")
     return Check(name, OK, f"{name.upper() if name == 'nccl' else 'cuDNN'} {have} "
-                           f"(read from {soname})")
+                           f"(read from {where})")
 
 
 def nccl_check(flavor: str, versions: dict | None = None) -> Check:
@@ -183,9 +206,31 @@ def nccl_check(flavor: str, versions: dict | None = None) -> Check:
                           _pinned(versions, "python", "nvidia-nccl-cu12"))
 
 
+def _cupy_major() -> int | None:
+    try:
+        import cupy
+
+        return int(cupy.__version__.split(".")[0])
+    except Exception:  # noqa: BLE001 - no CuPy (or a broken one): cupy_check says why
+        return None
+
+
 def cudnn_check(flavor: str, versions: dict | None = None) -> Check:
-    return _library_check("cudnn", flavor, "libcudnn.so.8", "cudnnGetVersion", _cudnn_decode,
-                          _pinned(versions, "python", "nvidia-cudnn-cu12"))
+    """The image's pinned cuDNN, or the cuDNN 8 that CuPy 13 binds. CuPy 14 binds none, so
+    Chainer convolves without it: then a cuDNN found here (PyTorch's) is only reported."""
+    want = _pinned(versions, "python", "nvidia-cudnn-cu12")
+    major = _cupy_major()
+    if want is not None or major is None or major < 14:
+        soname = f"libcudnn.so.{want.split('.')[0] if want else 8}"
+        return _library_check("cudnn", flavor, soname, "cudnnGetVersion", _cudnn_decode, want)
+    note = f"CuPy {major} has no cuDNN binding: Chainer convolves without cuDNN"
+    if not _gpu(flavor):
+        return Check("cudnn", NA, f"{flavor} flavour has no cuDNN")
+    have, where = _library_version(("libcudnn.so.9", "libcudnn.so.8"), "cudnnGetVersion",
+                                   _cudnn_decode)
+    if have is None:
+        return Check("cudnn", NA, note)
+    return Check("cudnn", OK, f"cuDNN {have} (read from {where}); {note}")
 
 
 def cupy_check(flavor: str) -> Check:
@@ -205,7 +250,7 @@ def pmix_check(params: dict[str, str], versions: dict | None = None) -> Check:
                        if key.startswith("mca:pmix:ext")})
     if not external:
         return Check("pmix", FAIL, "Open MPI has no external PMIx component (ext*x)")
-    have, where = _library_version("libpmix.so.2", "PMIx_Get_version", _pmix_decode)
+    have, where = _library_version(("libpmix.so.2",), "PMIx_Get_version", _pmix_decode)
     if have is None:
         return Check("pmix", FAIL, f"libpmix.so.2 does not load: {where}")
     want = _pinned(versions, "system", "pmix")

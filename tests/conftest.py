@@ -88,18 +88,27 @@ def json_objects(text: str) -> list[dict]:
     return found
 
 
+# "1" (bench/gpu_check.py on a GPU machine): no usable GPU is an error, not a reason to skip
+REQUIRE_GPU_VAR = "CHAINERMN_RT_REQUIRE_GPU"
+
+
 def gpu_available() -> bool:
     try:
-        import cupy  # noqa: F401
+        import cupy
+        import cupy.cuda.nccl  # noqa: F401 - ChainerMN's GPU communicators need it
 
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any failure means no usable GPU
-        return False
+        count = cupy.cuda.runtime.getDeviceCount()
+        why = f"CuPy {cupy.__version__} sees no GPU"
+    except Exception as err:  # noqa: BLE001 - any failure means no usable GPU
+        count, why = 0, f"{type(err).__name__}: {err}"
+    if count == 0 and os.environ.get(REQUIRE_GPU_VAR) == "1":
+        raise pytest.UsageError(f"{REQUIRE_GPU_VAR}=1 but no usable GPU: {why}")
+    return count > 0
 
 
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="no CUDA GPU with CuPy here")
-    if not gpu_available():
+    if any("gpu" in item.keywords for item in items) and not gpu_available():
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)

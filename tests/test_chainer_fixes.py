@@ -25,7 +25,8 @@ from chainermn_rt.compat import chainer_fixes as fixes
 
 from conftest import PYTHON, REPO, json_objects, run_mpi
 
-WHEELS = REPO / "build" / "wheels"
+# `make venv`'s wheels and pristine sdist; bench/gpu_check.py points it at the offline set
+WHEELS = Path(os.environ.get("CHAINERMN_RT_WHEELS") or REPO / "build" / "wheels")
 
 
 def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:

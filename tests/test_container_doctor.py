@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -88,29 +89,64 @@ def test_ucx_without_a_gpu_driver_accepts_a_build_with_cuda(fake_ucx_info):
 FAKE_LIBS = {  # soname: C source of a library that answers like the real one
     "libnccl.so.2": "int ncclGetVersion(int *v) { *v = 23203; return 0; }",
     "libcudnn.so.8": "unsigned long cudnnGetVersion(void) { return 8907; }",
+    "libcudnn.so.9": "unsigned long cudnnGetVersion(void) { return 91000; }",
 }
+
+
+def _fake_lib(folder: Path, soname: str) -> None:
+    require_commands("gcc")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "x.c").write_text(FAKE_LIBS[soname] + "\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
+                    str(folder / soname), str(folder / "x.c")], check=True)
 
 
 @pytest.fixture
 def fake_libs(tmp_path):
-    """A folder holding fake NCCL and cuDNN libraries (no GPU library is installed here)."""
-    require_commands("gcc")
-    for soname, source in FAKE_LIBS.items():
-        (tmp_path / "x.c").write_text(source + "\n")
-        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
-                        str(tmp_path / soname), str(tmp_path / "x.c")], check=True)
+    """A folder holding fake NCCL and cuDNN 8 libraries (no GPU library is installed here)."""
+    for soname in ("libnccl.so.2", "libcudnn.so.8"):
+        _fake_lib(tmp_path, soname)
     return tmp_path
 
 
-def _checks_with(lib_dir, versions: dict) -> dict[str, doctor.Check]:
+def _checks_with(lib_dir, versions: dict | None, pythonpath: str = "") -> dict[str, doctor.Check]:
     """nccl and cudnn checks in a process whose dynamic linker searches ``lib_dir``."""
     code = ("import json, sys; from chainermn_rt import doctor; v = json.loads(sys.argv[1]); "
             "print(json.dumps(doctor.as_json([doctor.nccl_check('gpu', v), "
             "doctor.cudnn_check('gpu', v)])))")
     out = subprocess.run([PYTHON, "-c", code, json.dumps(versions)], capture_output=True,
                          text=True, check=True, cwd=REPO,
-                         env=dict(os.environ, LD_LIBRARY_PATH=str(lib_dir))).stdout
+                         env=dict(os.environ, LD_LIBRARY_PATH=str(lib_dir),
+                                  PYTHONPATH=pythonpath)).stdout
     return {c["name"]: doctor.Check(**c) for c in json.loads(out)}
+
+
+def _fake_cupy(site: Path, version: str) -> None:
+    (site / "cupy").mkdir(parents=True, exist_ok=True)
+    (site / "cupy" / "__init__.py").write_text(f"__version__ = {version!r}\n")
+
+
+def test_outside_an_image_nccl_and_cudnn_are_read_from_nvidias_wheels(tmp_path):
+    """The GPU machine of bench/gpu_check.py: NCCL and cuDNN 9 in site-packages/nvidia/*/lib,
+    CuPy 14 (no cuDNN binding), no pins: versions are what is there."""
+    site = tmp_path / "site"
+    _fake_lib(site / "nvidia" / "nccl" / "lib", "libnccl.so.2")
+    _fake_cupy(site, "14.2.0")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    checks = _checks_with(empty, None, str(site))
+    assert checks["nccl"] == doctor.Check(
+        "nccl", "ok", f"NCCL 2.32.3 (read from {site}/nvidia/nccl/lib/libnccl.so.2)")
+    assert checks["cudnn"] == doctor.Check(
+        "cudnn", "n/a", "CuPy 14 has no cuDNN binding: Chainer convolves without cuDNN")
+    _fake_lib(site / "nvidia" / "cudnn" / "lib", "libcudnn.so.9")
+    cudnn = _checks_with(empty, None, str(site))["cudnn"]
+    assert cudnn == doctor.Check("cudnn", "ok", f"cuDNN 9.10.0 (read from {site}/nvidia/cudnn/"
+                                 "lib/libcudnn.so.9); CuPy 14 has no cuDNN binding: Chainer "
+                                 "convolves without cuDNN")
+    _fake_cupy(site, "13.6.0")  # CuPy 13 binds cuDNN 8, which is missing
+    cudnn = _checks_with(empty, None, str(site))["cudnn"]
+    assert cudnn.status == "FAIL" and "libcudnn.so.8 does not load" in cudnn.reason
 
 
 def test_nccl_and_cudnn_versions_are_read_from_the_libraries(fake_libs):

@@ -1,0 +1,98 @@
+"""Command-line arguments checked where they are parsed: one line naming the flag, exit 2.
+
+Every command (and the bench scripts) parses with :class:`Parser` and gives numeric flags one
+of these types, so a bad value is refused before any work starts:
+
+>>> parser = Parser(prog="demo")
+>>> _ = parser.add_argument("--repeat", type=integer(1))
+>>> _ = parser.add_argument("--timeout", type=seconds())
+>>> parser.parse_args(["--repeat", "3", "--timeout", "1.5"])
+Namespace(repeat=3, timeout=1.5)
+>>> integer(1)("0")
+Traceback (most recent call last):
+argparse.ArgumentTypeError: 0; allowed: an integer, 1 or more
+>>> seconds()("nan")
+Traceback (most recent call last):
+argparse.ArgumentTypeError: 'nan'; allowed: seconds, a number above 0 and at most 31536000
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from chainermn_rt.errors import UserError
+
+YEAR_S = 365 * 86400
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad arguments as one line (``PROG: error: --flag: ...``), exit 2."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message.removeprefix('argument ')}\n")
+
+
+def integer(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``low..high`` (either end open when None)."""
+    allowed = _range("an integer", low, high)
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}; allowed: {allowed}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text}; allowed: {allowed}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def seconds(low: float = 0.0, high: float = YEAR_S, zero: bool = False
+            ) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above ``low`` (``zero``: or 0, "off") and at
+    most ``high``; nan, inf and negatives are refused."""
+    allowed = f"seconds, a number above {_plain(low)} and at most {_plain(high)}" + \
+        (", or 0 (off)" if zero else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (low < value <= high or (zero and value == 0))):
+            raise argparse.ArgumentTypeError(f"{text!r}; allowed: {allowed}")
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def _plain(number: float) -> str:
+    return str(int(number)) if number == int(number) else str(number)
+
+
+def _range(what: str, low: int | None, high: int | None) -> str:
+    if low is not None and high is not None:
+        return f"{what}, {low}-{high}"
+    if low is not None:
+        return f"{what}, {low} or more"
+    return what if high is None else f"{what}, at most {high}"
+
+
+def output_file(path: Path | None, flag: str, suffixes: tuple[str, ...] = ()) -> Path | None:
+    """Check before any work starts that ``path`` can be written: a file (not a folder) in an
+    existing folder, ending in one of ``suffixes`` (any case is refused but the exact one)."""
+    if path is None:
+        return None
+    if suffixes and path.suffix not in suffixes:
+        raise UserError(f"{flag}: {path}; allowed: a file ending in {' or '.join(suffixes)}")
+    if str(path) in ("", ".") or path.is_dir() or path.name in ("", ".", ".."):
+        raise UserError(f"{flag}: {path} is a folder; allowed: a file in an existing folder")
+    if not path.absolute().parent.is_dir():
+        raise UserError(f"{flag}: {path}; allowed: a file in an existing folder")
+    return path
