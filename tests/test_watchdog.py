@@ -111,6 +111,20 @@ def test_a_silent_rank_ends_the_wait_long_before_the_stall_timeout():
                            "node lost; last between collectives"), line
 
 
+def test_ranks_lost_together_are_all_called_silent():
+    """CI: node2's ranks died at once; rank 3 had reported 5 s (one interval) after rank 2, so
+    it was 25 s unheard when rank 2 crossed 30 s, and was described as still waiting."""
+    reports = {0: _r(5, "multi_node_mean_grad", 30.0), 1: _r(5, "multi_node_mean_grad", 30.0),
+               2: _r(4, "multi_node_mean_grad", 0.5), 3: _r(4, "multi_node_mean_grad", 0.5)}
+    silent = {0: 0, 1: 0, 2: 30, 3: 25}
+    line = diagnose(reports, {2: "node2", 3: "node2"}, silent, timeout=600, silent_timeout=30)
+    assert "rank 3 on node2 (silent for 25 s: dead, wedged or its node lost;" in line, line
+    # a rank heard recently is still described by its report
+    line = diagnose(reports, {2: "node2", 3: "node2"}, {**silent, 3: 14}, timeout=600,
+                    silent_timeout=30)
+    assert "rank 3 on node2 (in multi_node_mean_grad" in line, line
+
+
 def test_every_rank_in_the_collective_blames_the_collective():
     reports = {0: _r(5, "multi_node_mean_grad", 70.0), 1: _r(5, "multi_node_mean_grad", 69.0)}
     line = diagnose(reports, {}, {0: 0, 1: 0}, timeout=60, silent_timeout=30)

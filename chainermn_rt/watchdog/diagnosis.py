@@ -61,7 +61,10 @@ def diagnose(reports: dict[int, Report | None], hosts: dict[int, str],
     if not missing:
         return head + ": every rank is in it, so the collective itself does not complete " \
                       "(network or NCCL)"
-    return head + "; not arrived: " + "; ".join(_where(r, reports[r], hosts, silent, quiet)
+    # reports come every quiet/6 s: once one rank is lost, one unheard for quiet/2 s is too
+    # (ranks killed together, e.g. with their node, last reported out of phase)
+    overdue = quiet / 2 if lost else quiet
+    return head + "; not arrived: " + "; ".join(_where(r, reports[r], hosts, silent, overdue)
                                                   for r in missing)
 
 
