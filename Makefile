@@ -46,9 +46,9 @@ test-fast: venv  ## tests that need neither the sandbox nor Docker
 	$(VENV)/bin/pytest -ra -m 'not slurm and not docker'
 
 bench: venv  ## measure the CPU communicator, where its time goes, and weak scaling (2 ranks)
-	$(PY) bench/allreduce.py
-	$(PY) bench/exchange_floor.py
-	$(PY) bench/weak_scaling.py
+	$(PY) -m bench.allreduce
+	$(PY) -m bench.exchange_floor
+	$(PY) -m bench.weak_scaling
 
 demo: setup  ## the main command: Slurm sandbox up, ChainerMN MNIST on 2 nodes x 2 ranks, results
 	$(PY) examples/sandbox_demo.py
@@ -66,23 +66,23 @@ lint: venv  ## ruff, shellcheck and hadolint
 	  containers/gpu-upstream/Dockerfile
 
 recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blocks and pyproject
-	$(PYTHON) containers/generate.py
+	$(PYTHON) -m containers.generate
 
 base:  ## Debian base image by debootstrap from the host's apt mirror (no registry needed)
-	$(PYTHON) containers/base.py
+	$(PYTHON) -m containers.base
 
 image:  ## build FLAVOR=cpu|gpu|gpu-upstream (ENGINE=docker|podman|buildah; BASE=image for both stages)
-	$(PYTHON) containers/build.py image --flavor $(FLAVOR) \
+	$(PYTHON) -m containers.build image --flavor $(FLAVOR) \
 	  $(if $(ENGINE),--engine $(ENGINE)) $(if $(BASE),--base $(BASE))
 
 image-doctor:  ## run `chainermn-rt doctor --image` inside the built FLAVOR image (exit 1 on any FAIL)
-	$(PYTHON) containers/build.py doctor --flavor $(FLAVOR)
+	$(PYTHON) -m containers.build doctor --flavor $(FLAVOR)
 
 sif:  ## Apptainer/Singularity image of FLAVOR from the built image (FROM_DEF=1: from the .def)
-	$(PYTHON) containers/build.py sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
+	$(PYTHON) -m containers.build sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
 
 sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
-	$(PYTHON) containers/build.py sqfs --flavor $(FLAVOR)
+	$(PYTHON) -m containers.build sqfs --flavor $(FLAVOR)
 
 offline-wheels: venv  ## what bench/gpu_check.py's offline GPU machine lacks, in build/offline-wheels (docs/benchmarks.md)
 	$(PY) -m bench.offline_wheels --out build/offline-wheels

@@ -14,10 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "examples")]
+from chainermn_rt.job_env import JobEnvironment
 
-from chainermn_rt.job_env import JobEnvironment  # noqa: E402 - needs the path above
+REPO = Path(__file__).resolve().parent.parent
 
 
 def mpirun_argv(np: int) -> list[str]:
@@ -29,19 +28,17 @@ def mpirun_argv(np: int) -> list[str]:
 
 
 def relaunch_under_mpirun(np: int, extra_env: dict | None = None) -> bool:
-    """When not started by a launcher, run this script under ``mpirun -np``; True in the parent."""
+    """When not started by a launcher, run this benchmark (``python -m bench.NAME ...``) under
+    ``mpirun -np`` from the checkout's root; True in the parent."""
     if JobEnvironment.detect().launcher != "none":
         return False
     env = dict(os.environ, **(extra_env or {}))
-    rc = subprocess.call(mpirun_argv(np) + [sys.executable, *sys.argv], env=env)
+    module = sys.modules["__main__"].__spec__.name
+    rc = subprocess.call(mpirun_argv(np) + [sys.executable, "-m", module, *sys.argv[1:]],
+                         env=env, cwd=REPO)
     if rc:
         sys.exit(rc)
     return True
-
-
-def slowest_median_ms(comm, fn, repeat: int, warmup: int = 2) -> float:
-    """Median over ``repeat`` calls of the slowest rank's time, in ms (barrier before each)."""
-    return interleaved_medians_ms(comm, {"fn": fn}, repeat, warmup)["fn"]
 
 
 def interleaved_medians_ms(comm, methods: dict, rounds: int, warmup: int = 2) -> dict:

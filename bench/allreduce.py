@@ -11,7 +11,7 @@ then one JSON line::
     {"ours_ms": ..., "naive_ms": ..., "best_raw_ms": ...,
      "ratio_vs_best_raw": best_raw_ms / ours_ms, "speedup_vs_naive": naive_ms / ours_ms, ...}
 
-Run: ``python bench/allreduce.py [--repeat 15]`` (starts ``mpirun -np 2`` itself).
+Run: ``python -m bench.allreduce [--repeat 15]`` (starts ``mpirun -np 2`` itself).
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ import argparse
 import json
 import sys
 
-from _mpi import interleaved_medians_ms, relaunch_under_mpirun
+from bench._mpi import interleaved_medians_ms, relaunch_under_mpirun
 
 SWEEP = [1 << s for s in range(16, 25)]  # 64 KiB .. 16 MiB
 
 
 def resnet50_grads(rank: int):
     import numpy
-    from models import ResNet50
+
+    from chainermn_rt.models import ResNet50
 
     rng = numpy.random.default_rng(rank)
     shapes = [p.shape for _, p in sorted(ResNet50().namedparams())]

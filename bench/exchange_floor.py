@@ -12,7 +12,7 @@ by timing, in one ``mpirun -np 2`` with interleaved rounds:
   and scale without the copy (results wrong; shows what the copy costs); and
   ``SharedWindow.mean`` itself on all arrays (tails and small arrays included).
 
-Run: ``python bench/exchange_floor.py [--repeat 11] [--chunk-bytes 262144]``
+Run: ``python -m bench.exchange_floor [--repeat 11] [--chunk-bytes 262144]``
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import json
 import mmap
 import sys
 
-from _mpi import interleaved_medians_ms, relaunch_under_mpirun
-from allreduce import resnet50_grads
+from bench._mpi import interleaved_medians_ms, relaunch_under_mpirun
+from bench.allreduce import resnet50_grads
 
 
 def main() -> int:

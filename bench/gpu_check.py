@@ -252,7 +252,7 @@ def mpi_two_ranks(run: Run, timeout: float) -> str:
     expect(found and not any(r["wrong"] for r in found), "bench allreduce: wrong elements")
     probe = run.work / "probe"
     probe.mkdir()
-    run.mpirun(2, "-m", "chainermn_rt.cluster_doctor.probe", "--out", str(probe),
+    run.mpirun(2, "-m", "chainermn_rt.doctor.probe", "--out", str(probe),
                timeout=each, env=cpu)
     reports = json.loads((probe / "ranks.json").read_text())
     expect(len(reports) == 2 and all(r["allreduce_cpu"]["ok"] for r in reports),
@@ -341,7 +341,7 @@ def doctor(run: Run, timeout: float) -> str:
     # The rest (CUDA-aware MPI, UCX, PMIx, pins) describes the image, not this machine.
     wanted = ("mpi", "mpi4py", "imports") + (("nccl", "cupy", "cudnn") if run.gpu else ())
     bad = [f"{n}: {checks[n]['status']} {checks[n]['reason']}" if n in checks else f"{n}: absent"
-           for n in wanted if checks.get(n, {}).get("status") != OK]
+           for n in wanted if checks.get(n, {}).get("status") != "PASS"]
     expect(not bad, "; ".join(bad))
     run.rates["doctor"] = {n: f"{c['status']} {c['reason']}" for n, c in checks.items()}
     return "; ".join(f"{n} {checks[n]['reason']}" for n in wanted if n in checks)[:300]

@@ -6,7 +6,7 @@ GPU 1 on CPU 1). Each round runs the same rendered job once per binding, in turn
 in the machine's load hits both; prints the images/s of each run and their median, then one
 JSON line. Needs the sandbox up (``make sandbox-up``).
 
-Run: ``python bench/sandbox_binding.py [--rounds 3] [--iterations 100]``
+Run: ``python -m bench.sandbox_binding [--rounds 3] [--iterations 100]``
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from chainermn_rt.sandbox import Sandbox
+from examples.sandbox_demo import run_demo
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "examples"))
-
-from sandbox_demo import run_demo  # noqa: E402
-
-from chainermn_rt.sandbox import Sandbox  # noqa: E402
 
 SPREAD = '''[topology.fake4]
 slots = [

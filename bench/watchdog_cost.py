@@ -11,7 +11,7 @@
 
 The direct costs (note, stop check) are also given as a share of the median step: that is the
 figure to trust on a loaded machine, where the step's own spread is larger than the cost.
-Run: ``python bench/watchdog_cost.py [--blocks 30] [--block 20]``
+Run: ``python -m bench.watchdog_cost [--blocks 30] [--block 20]``
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import statistics
 import sys
 import time
 
-from _mpi import relaunch_under_mpirun
-
+from bench._mpi import relaunch_under_mpirun
 from chainermn_rt.watchdog import Progress, _watched, watch
 from chainermn_rt.watchdog.settings import Settings
 
@@ -39,9 +38,9 @@ def main() -> int:
     import chainer.links as L
     import chainermn
     import numpy
-    from models import MLP
 
     from chainermn_rt.communicators import create_communicator
+    from chainermn_rt.models import MLP
 
     comms = {"plain": create_communicator("chunked"),
              "watched": watch(create_communicator("chunked"),

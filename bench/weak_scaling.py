@@ -13,7 +13,7 @@ for every communicator) while rank 1 sleeps, then both ranks training with each
 communicator in turn (``t2``). A change in the machine's load then hits all
 cases alike. Times are medians over rounds of the slowest rank.
 
-Run: ``python bench/weak_scaling.py [--models mlp,resnet50] [--rounds 7]
+Run: ``python -m bench.weak_scaling [--models mlp,resnet50] [--rounds 7]
 [--communicators none,naive,chunked]``
 """
 
@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-from _mpi import relaunch_under_mpirun
+from bench._mpi import relaunch_under_mpirun
 
 THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 # model -> (per-rank batch sizes, iterations per round)
@@ -38,7 +38,8 @@ def build(model_name: str, batch: int, comm, seed: int):
     import chainer.links as L  # noqa: PLC0415
     import chainermn  # noqa: PLC0415
     import numpy  # noqa: PLC0415
-    from models import MLP, ResNet50  # noqa: PLC0415
+
+    from chainermn_rt.models import MLP, ResNet50
 
     numpy.random.seed(0)
     rng = numpy.random.default_rng(seed)

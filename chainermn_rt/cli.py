@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 
+from chainermn_rt.arguments import Parser
 from chainermn_rt.errors import EXIT_STATUSES, EnvironmentProblem, JobFailed, UserError
 
 DESCRIPTION = ("Run ChainerMN data-parallel training on Slurm: site profiles, job scripts,\n"
@@ -36,18 +37,11 @@ COMMANDS = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad arguments as one line and exit status 2 (its default too)."""
-
-    def error(self, message: str) -> None:  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="chainermn-rt", description=DESCRIPTION, epilog=EPILOG,
+    parser = Parser(prog="chainermn-rt", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
+                                parser_class=Parser)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,8 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (UserError, JobFailed, EnvironmentProblem) as err:
-        print(f"chainermn-rt {known.command}: error: {err}", file=sys.stderr)
+        if not getattr(err, "everywhere", False) or _first_rank():
+            print(f"chainermn-rt {known.command}: error: {err}", file=sys.stderr)
         return err.exit_status
+
+
+def _first_rank() -> bool:
+    from chainermn_rt.job_env import first_rank
+
+    return first_rank()
 
 
 if __name__ == "__main__":

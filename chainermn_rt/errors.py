@@ -9,10 +9,16 @@ class UserError(Exception):
     """Bad input from a person: a site profile, a CLI argument or a job request.
 
     The message names the field and what is allowed, e.g.
-    ``UserError("partition 'gpu': gpus_per_node is 9; allowed: 1-8")``.
+    ``UserError("partition 'gpu': gpus_per_node is 9; allowed: 1-8")``. ``everywhere``:
+    every rank of a job finds it alike (its settings, a damaged snapshot): the launcher's
+    rank 0 alone reports it.
     """
 
     exit_status = 2
+
+    def __init__(self, message: str, everywhere: bool = False):
+        super().__init__(message)
+        self.everywhere = everywhere
 
 
 class JobFailed(Exception):

@@ -1,4 +1,4 @@
-"""Files the commands write: whole or not at all.
+"""Files the commands write whole or not at all, and small files they read with a bound.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -39,3 +40,19 @@ def write_atomically(path: Path, write: Callable[[IO], object], binary: bool = F
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def read_small(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (not a link, device or folder), at most ``limit``;
+    ValueError saying what is wrong otherwise (OSError when it cannot be read)."""
+    path = Path(path)
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else \
+            "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ValueError(f"{kind}, not a file")
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return data

@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import UserError
 
-LAUNCHERS = ("slurm", "openmpi", "pmix", "hydra", "intelmpi", "none")
+# the values of JobEnvironment.launcher
+DETECTED_LAUNCHERS = ("slurm", "openmpi", "pmix", "hydra", "intelmpi", "none")
 
 
 class LauncherMismatch(RuntimeError):
@@ -75,6 +76,15 @@ class JobEnvironment:
         """Whether the launcher reported every field."""
         return None not in (self.world_size, self.local_rank, self.local_size, self.node_index,
                             self.num_nodes)
+
+
+def first_rank(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is the launcher's rank 0 (or was not started by a launcher; or its
+    variables are unreadable): the one that reports what every rank finds alike."""
+    try:
+        return JobEnvironment.detect(environ).global_rank == 0
+    except UserError:
+        return True
 
 
 def shown(value: int | None) -> str:

@@ -12,8 +12,8 @@ import re
 import subprocess
 
 from chainermn_rt.errors import EnvironmentProblem
-from chainermn_rt.jobs import Slurm
 from chainermn_rt.site import Site, parse_time
+from chainermn_rt.slurm_client import Slurm
 
 
 def _output(slurm: Slurm, argv: list[str]) -> str:

@@ -23,11 +23,13 @@ from chainermn_rt.rank_contract import (
     SLOTS_VAR,
     STOP_DONE_SUFFIX,
     STOP_FILE_VAR,
+    check_settings,
     dump_slots,
 )
+from chainermn_rt.sbatch_options import owned
 from chainermn_rt.site import (
     ENV_NAME,
-    LAUNCHERS,
+    RANK_LAUNCHERS,
     RUNTIMES,
     Partition,
     Site,
@@ -38,6 +40,7 @@ from chainermn_rt.site import (
 
 # The job's log (#SBATCH --output), unless --log says otherwise.
 LOG_PATTERN = "%x-%j.out"
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class Request:
     """What a user asks for (the ``chainermn-rt render`` arguments)."""
 
     nodes: int
-    command: tuple[str, ...]
+    command: tuple[str, ...] = ()
     gpus_per_node: int | None = None
     ranks_per_node: int | None = None
     partition: str | None = None
@@ -61,16 +64,20 @@ class Request:
     env: tuple[tuple[str, str], ...] = ()
     per_rank_logs: bool = False
     log: str = LOG_PATTERN
+    # Run ``python -m MODULE COMMAND...`` with the interpreter the Plan chooses (the doctor's
+    # probe, the scaling study's benchmark); None: COMMAND is the whole program.
+    module: str | None = None
 
 
 @dataclass(frozen=True)
 class Stop:
     """What the batch shell does on the site's signal (time limit, preemption): create the stop
-    file, wait up to ``wait_s`` for the ranks' snapshot, then requeue while the job has been
-    requeued fewer than ``max_requeues`` times."""
+    file, wait up to ``wait_s`` for the ranks' snapshot, then, when ``requeue``, requeue the
+    job (or its array task) while it has been requeued fewer than ``max_requeues`` times."""
 
     signal: str
     wait_s: int
+    requeue: bool
     max_requeues: int
     file_var: str = STOP_FILE_VAR
     done_suffix: str = STOP_DONE_SUFFIX
@@ -78,11 +85,18 @@ class Stop:
 
 def stop_of(site: Site) -> Stop | None:
     """The shell's stop handling, from ``signal = "SIG@SECONDS"``: it waits for the snapshot
-    until 15 s before the limit (at least half the lead)."""
+    until 15 s before the limit (at least half the lead), then requeues as the profile says.
+
+    >>> from dataclasses import astuple, replace
+    >>> from chainermn_rt.site import load_site
+    >>> site = load_site("slurm/sites/sandbox.toml")          # signal = "USR2@60", requeue
+    >>> astuple(stop_of(site))[:4], astuple(stop_of(replace(site, requeue=False)))[:4]
+    (('USR2', 45, True, 3), ('USR2', 45, False, 0))
+    """
     if not site.signal:
         return None
     name, _, lead = site.signal.partition("@")
-    return Stop(name, max(int(lead) - 15, int(lead) // 2),
+    return Stop(name, max(int(lead) - 15, int(lead) // 2), site.requeue,
                 site.max_requeues if site.requeue else 0)
 
 
@@ -166,8 +180,9 @@ def _container(site: Site, req: Request) -> tuple[str, tuple[str, ...], tuple[st
 def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,
             pyxis_flags: tuple[str, ...]) -> tuple[str, ...]:
     launcher = req.launcher or site.launcher
-    if launcher not in LAUNCHERS:
-        raise UserError(f"--launcher: {launcher!r} is not known; allowed: {' | '.join(LAUNCHERS)}")
+    if launcher not in RANK_LAUNCHERS:
+        raise UserError(f"--launcher: {launcher!r} is not known; allowed: "
+                        + " | ".join(RANK_LAUNCHERS))
     if launcher == "mpirun":
         if runtime == "pyxis":
             raise UserError("--launcher: mpirun cannot start pyxis containers; allowed: srun "
@@ -190,6 +205,7 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int,
             raise UserError(f"--env: {key!r} is not a variable name; allowed: KEY=VALUE with "
                             "KEY made of letters, digits and _")
         env[key] = check_printable(value, f"--env {key}")
+    check_settings(dict(req.env), "--env ")
     if SLOTS_VAR in env or RANK_LOG_VAR in env:
         raise UserError(f"--env: {SLOTS_VAR} and {RANK_LOG_VAR} are set by chainermn-rt; "
                         "allowed: any other variable")
@@ -205,8 +221,10 @@ def make_plan(site: Site, req: Request) -> Plan:
     if not 1 <= req.nodes <= part.nodes:
         raise UserError(f"--nodes: {req.nodes} on partition {part.name!r}; allowed: "
                         f"1-{part.nodes}")
-    if not req.command:
+    if not req.command and req.module is None:
         raise UserError("COMMAND: missing; allowed: the program to run, after `--`")
+    if req.module is not None and not MODULE.match(req.module):
+        raise ValueError(f"module {req.module!r} is not a Python module name")
     for i, arg in enumerate(req.command):
         if "\0" in arg:
             raise UserError(f"COMMAND[{i}]: contains a NUL byte; allowed: any other text")
@@ -233,27 +251,31 @@ def make_plan(site: Site, req: Request) -> Plan:
     account, qos = req.account or site.account, req.qos or site.qos
     cpus_per_task = part.cpus_per_node // len(part.topology.slots)
 
-    sbatch: list[tuple[str, str | None]] = [
-        ("job-name", job_name),
-        ("partition", part.name),
-        ("nodes", str(req.nodes)),
-        ("ntasks-per-node", str(tasks_per_node)),
-        ("cpus-per-task", str(cpus_per_task)),
-    ]
+    sbatch: list[tuple[str, str | None]] = []
+
+    def option(name: str, value: str | None = None) -> None:
+        sbatch.append((owned(name), value))
+
+    option("job-name", job_name)
+    option("partition", part.name)
+    option("nodes", str(req.nodes))
+    option("ntasks-per-node", str(tasks_per_node))
+    option("cpus-per-task", str(cpus_per_task))
     if gpus:
-        sbatch.append(("gpus-per-node", f"{part.gpu_type}:{gpus}" if part.gpu_type else str(gpus)))
-    sbatch.append(("time", time))
+        option("gpus-per-node", f"{part.gpu_type}:{gpus}" if part.gpu_type else str(gpus))
+    option("time", time)
     if req.memory:
-        sbatch.append(("mem", req.memory))
+        option("mem", req.memory)
     if account:
-        sbatch.append(("account", check_printable(account, "--account")))
+        option("account", check_printable(account, "--account"))
     if qos:
-        sbatch.append(("qos", check_printable(qos, "--qos")))
-    sbatch.append(("output", log))
+        option("qos", check_printable(qos, "--qos"))
+    option("output", log)
     if site.signal:
-        sbatch.append(("signal", f"B:{site.signal}"))  # the shell's trap handles it
+        option("signal", f"B:{site.signal}")  # the shell's trap handles it
     if site.requeue:
-        sbatch.extend([("requeue", None), ("open-mode", "append")])
+        option("requeue")
+        option("open-mode", "append")
     sbatch.extend({**dict(site.sbatch), **dict(part.sbatch)}.items())  # the partition's win
 
     return Plan(
@@ -261,6 +283,7 @@ def make_plan(site: Site, req: Request) -> Plan:
         environment=_environment(site, req, part, tasks_per_node, req.per_rank_logs),
         launch=_launch(site, req, runtime, tasks_per_node, pyxis_flags),
         container=container, rank_step=(python, "-m", "chainermn_rt", "rank", "--"),
-        command=tuple(req.command), partition=part.name, nodes=req.nodes,
+        command=(python, "-m", req.module, *req.command) if req.module else tuple(req.command),
+        partition=part.name, nodes=req.nodes,
         tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus,
         stop=stop_of(site))

@@ -45,6 +45,7 @@ from chainermn_rt.rank_contract import (
     SLOTS_VAR,
     VERBOSE_VAR,
     Slot,
+    check_settings,
     load_slots,
 )
 
@@ -156,6 +157,10 @@ def main(command: list[str]) -> int:
     """Run COMMAND as this rank; returns only when it can't be started."""
     if not command:
         raise UserError("COMMAND: missing; allowed: the program to run, after `--`")
+    try:  # here, before COMMAND's Python arms anything with them
+        check_settings(os.environ)
+    except UserError as err:
+        raise UserError(str(err), everywhere=True) from None
     raw = os.environ.get(SLOTS_VAR)
     slots = load_slots(raw) if raw else None
     argv = apply(binding(slots, os.environ), command, os.environ)

@@ -13,8 +13,9 @@ The Plan writes the node's slot table into the script with :func:`dump_slots`;
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,58 @@ SILENT_TIMEOUT_VAR = "CHAINERMN_RT_SILENT_TIMEOUT"
 RANK_PID_VAR = "CHAINERMN_RT_RANK_PID"
 STALL_ACTION_VAR = "CHAINERMN_RT_STALL_ACTION"
 START_TIMEOUT_VAR = "CHAINERMN_RT_START_TIMEOUT"
+
+# The settings above that a rank reads from its environment: name -> (parse, what is allowed).
+# A profile's [environment] and `render --env` are checked with them before a job is submitted;
+# the per-rank step and setup() check them again before anything starts (check_settings).
+_SECONDS_OR_OFF = "seconds, 1-604800, or 0 (off)"
+
+
+def _seconds_or_off(text: str) -> float:
+    value = float(text)  # ValueError for anything else
+    if math.isnan(value) or not (value == 0 or 1 <= value <= 86400 * 7):
+        raise ValueError(text)
+    return value
+
+
+def _one_of(*choices: str):
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(text)
+        return text
+    return parse
+
+
+SETTINGS = {
+    STALL_TIMEOUT_VAR: (_seconds_or_off, _SECONDS_OR_OFF),
+    SILENT_TIMEOUT_VAR: (_seconds_or_off, _SECONDS_OR_OFF),
+    START_TIMEOUT_VAR: (_seconds_or_off, _SECONDS_OR_OFF),
+    STALL_ACTION_VAR: (_one_of("abort", "warn"), "abort or warn"),
+    ABORT_ON_ERROR_VAR: (_one_of("1", "0"), "1 (the default: a failing rank aborts the job) "
+                                            "or 0 (off)"),
+}
+
+
+def setting(environ: Mapping[str, str], name: str, default: Any, where: str | None = None):
+    """The parsed value of the setting ``name`` in ``environ``, ``default`` when unset or
+    empty; a UserError naming it (``where``: the profile field or flag that set it)."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    parse, allowed = SETTINGS[name]
+    try:
+        return parse(text)
+    except ValueError:
+        field = f"{where}: {text!r}" if where else f"environment variable {name}={text!r}"
+        raise UserError(f"{field}; allowed: {allowed}") from None
+
+
+def check_settings(environ: Mapping[str, str], where: str | None = None) -> None:
+    """Every setting of :data:`SETTINGS` that ``environ`` sets, parsed; the first bad one is a
+    UserError. ``where``: a prefix naming the variable's origin (``environment.``, ``--env ``)."""
+    for name in SETTINGS:
+        setting(environ, name, None, f"{where}{name}" if where else None)
+
 
 CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
 CPU_LIST_ALLOWED = "a CPU list such as \"0-13,56-69\""

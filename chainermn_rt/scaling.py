@@ -18,14 +18,19 @@ efficiency relative to one GPU and to one node: the paper's two definitions) and
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chainermn_rt import plotting
 from chainermn_rt.errors import UserError
-from chainermn_rt.files import write_atomically
+from chainermn_rt.files import read_small, write_atomically
 
 STATE = "scaling.json"
+MAX_RECORD_BYTES = 1 << 20  # scaling.json and a point's result are a few hundred bytes
+_JOB = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -113,16 +118,25 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 
 def load_state(out: Path) -> dict:
-    """``{point name: {"job": id, ...}}`` of an earlier run in ``out``; {} for a new study."""
+    """``{point name: {"job": id, ...}}`` of an earlier run in ``out``; {} for a new study.
+    A record this command did not write is a UserError naming ``--out``."""
     path = out / STATE
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
     try:
-        state = json.loads(path.read_text())
-        return {name: dict(entry) for name, entry in state["points"].items()}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise UserError(f"--out: {path} is not a scaling study's record; allowed: a folder of "
-                        "one study, or a new one") from None
+        data = json.loads(read_small(path, MAX_RECORD_BYTES))
+        points = data["points"]
+        if not isinstance(points, dict):
+            raise TypeError("points")
+        for name, entry in points.items():
+            job = entry["job"]
+            if job is not None and not (isinstance(job, str) and _JOB.fullmatch(job)):
+                raise TypeError(name)
+        return {name: dict(entry) for name, entry in points.items()}
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
+        raise UserError(f"--out: {path} is not a scaling study's record ({why}); allowed: a "
+                        "folder of one study, or a new one") from None
 
 
 def save_state(out: Path, state: dict, study: dict) -> None:
@@ -133,9 +147,10 @@ def save_state(out: Path, state: dict, study: dict) -> None:
 def read_result(path: Path) -> float | None:
     """The total images/s a train benchmark wrote, or None when it wrote nothing usable."""
     try:
-        return float(json.loads(path.read_text())["images_per_s"])
-    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        value = float(json.loads(read_small(path, MAX_RECORD_BYTES))["images_per_s"])
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def point_record(point: Point, job: str | None) -> dict:

@@ -38,9 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.rank_contract import CPU_LIST, CPU_LIST_ALLOWED, HCA, HCA_ALLOWED, Slot
+from chainermn_rt.rank_contract import (
+    CPU_LIST,
+    CPU_LIST_ALLOWED,
+    HCA,
+    HCA_ALLOWED,
+    Slot,
+    check_settings,
+)
+from chainermn_rt.sbatch_options import PLAN_OPTIONS, claimed_by
 
-LAUNCHERS = ("srun", "mpirun")
+RANK_LAUNCHERS = ("srun", "mpirun")  # what a job script starts its ranks with
 SRUN_MPI = ("pmix", "pmi2")
 RUNTIMES = ("none", "apptainer", "singularity", "charliecloud", "pyxis")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -51,24 +59,7 @@ SANDBOX_MAX_NODES = 8
 BATCH_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "URG", "XCPU")
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")
-_RANKS = "--gpus-per-node or --ranks-per-node"
 _GPUS = "--gpus-per-node (GPUs come from the topology's slots)"
-# #SBATCH options the Plan decides, and their aliases: option -> where to set it instead.
-PLAN_SBATCH_OPTIONS = {
-    "job-name": "--job-name", "partition": "--partition", "nodes": "--nodes",
-    "ntasks": _RANKS, "ntasks-per-node": _RANKS, "tasks-per-node": _RANKS,
-    "ntasks-per-gpu": _RANKS,
-    "cpus-per-task": "the partition's cpus_per_node", "cpus-per-gpu": "the partition's "
-                                                                      "cpus_per_node",
-    "gpus": _GPUS, "gpus-per-node": _GPUS, "gpus-per-task": _GPUS, "gpus-per-socket": _GPUS,
-    "gpu-bind": "leaving it out (every rank sees its node's GPUs; `chainermn-rt rank` picks "
-                "one)",
-    "time": "--time", "mem": "--mem", "mem-per-cpu": "--mem", "mem-per-gpu": "--mem",
-    "account": "account or --account", "qos": "qos or --qos",
-    "output": "--log", "error": "--log (the job's output and errors share it)",
-    "signal": "signal", "requeue": "requeue", "no-requeue": "requeue = false",
-    "open-mode": "requeue (a requeued job appends to its log)",
-}
 
 
 def parse_time(text: str, where: str) -> int:
@@ -313,9 +304,12 @@ def _sbatch(data: Any, where: str) -> tuple[tuple[str, str | None], ...]:
         if not SBATCH_OPTION.match(key):
             raise UserError(f"{t.at(key)}: not an sbatch option name; allowed: its long name "
                             "without --, in lower-case letters, digits and '-', e.g. constraint")
-        if key in PLAN_SBATCH_OPTIONS:
-            raise UserError(f"{t.at(key)}: chainermn-rt sets this option; allowed: "
-                            f"{PLAN_SBATCH_OPTIONS[key]}")
+        claimed = claimed_by(key)
+        if claimed is not None:
+            what = "sets this option" if claimed == key else \
+                f"sets --{claimed}, which sbatch takes this for"
+            raise UserError(f"{t.at(key)}: chainermn-rt {what}; allowed: "
+                            f"{PLAN_OPTIONS[claimed]}")
         value = t.get(key, (str, bool), allowed=allowed)
         if value is False or value == "":
             raise UserError(f"{t.at(key)}: {value!r} is not allowed; allowed: {allowed}")
@@ -349,6 +343,7 @@ def _environment(data: Any) -> dict[str, str]:
             raise UserError(f"{t.at(key)}: not a variable name; allowed: letters, digits "
                             "and _, not starting with a digit")
         env[key] = t.get(key, str, allowed="a string (quote numbers)")
+    check_settings(env, "environment.")
     return env
 
 
@@ -429,7 +424,7 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
     signal = _signal(t.get("signal", str, None, allowed=SIGNAL_ALLOWED))
     site = Site(
         name=name, path=path, description=t.get("description", str, ""),
-        launcher=t.choice("launcher", LAUNCHERS),
+        launcher=t.choice("launcher", RANK_LAUNCHERS),
         srun_mpi=t.choice("srun_mpi", SRUN_MPI, "pmix"),
         partitions=parts,
         container=_container(t.get("container", dict, {})),

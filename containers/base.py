@@ -6,8 +6,8 @@ is written in the repository.
 
 Example::
 
-    python containers/base.py                 # -> image chainermn-rt/base:bookworm in build/docker
-    python containers/base.py --print-mirror  # the URI apt uses, e.g. http://MIRROR/debian
+    python -m containers.base                 # -> image chainermn-rt/base:bookworm in build/docker
+    python -m containers.base --print-mirror  # the URI apt uses, e.g. http://MIRROR/debian
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from containers.dockerd import Dockerd
 from containers.versions import load

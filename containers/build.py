@@ -2,12 +2,12 @@
 
 Example::
 
-    python containers/build.py image --flavor cpu            # engine found on PATH, or ENGINE=
-    python containers/build.py image --flavor gpu            # the Debian/PyPI gpu image
-    python containers/build.py image --flavor cpu --base chainermn-rt/base:bookworm
-    python containers/build.py sif --flavor cpu              # apptainer or singularity
-    python containers/build.py sqfs --flavor cpu             # Charliecloud SquashFS (ch-convert)
-    python containers/build.py doctor --flavor gpu           # `chainermn-rt doctor --image` inside
+    python -m containers.build image --flavor cpu            # engine found on PATH, or ENGINE=
+    python -m containers.build image --flavor gpu            # the Debian/PyPI gpu image
+    python -m containers.build image --flavor cpu --base chainermn-rt/base:bookworm
+    python -m containers.build sif --flavor cpu              # apptainer or singularity
+    python -m containers.build sqfs --flavor cpu             # Charliecloud SquashFS (ch-convert)
+    python -m containers.build doctor --flavor gpu           # `chainermn-rt doctor --image` inside
 
 Docker builds go to DOCKER_HOST, else to a running system Docker service, else to this
 checkout's own dockerd (containers/dockerd.py, stopped again afterwards). The build
@@ -27,8 +27,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from containers.base import make_base
 from containers.dockerd import DOCKER, Dockerd

@@ -7,8 +7,8 @@ process. The Makefile and the test suite's session fixture share it.
 
 Example::
 
-    python containers/dockerd.py exec -- docker build ...   # start if needed, run, stop if started
-    python containers/dockerd.py start; python containers/dockerd.py stop
+    python -m containers.dockerd exec -- docker build ...   # start if needed, run, stop if started
+    python -m containers.dockerd start; python -m containers.dockerd stop
 
 or from Python::
 

@@ -2,8 +2,8 @@
 
 Example::
 
-    python containers/generate.py           # `make recipes`: rewrite containers/{cpu,gpu}/
-    python containers/generate.py --check   # exit 1 and name the files that differ
+    python -m containers.generate           # `make recipes`: rewrite containers/{cpu,gpu}/
+    python -m containers.generate --check   # exit 1 and name the files that differ
 
 Files per flavour: ``Dockerfile``, ``Dockerfile.dockerignore`` (the build context is the
 repository root), ``chainermn-rt.def`` (Singularity/Apptainer) and ``VERSIONS``.
@@ -15,9 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from containers.blocks.chainermn_rt import SOURCES
+from containers.blocks.bundle import SOURCES
 from containers.flavors import FLAVORS, recipe, versions_file
 from containers.recipe import to_docker, to_singularity
 

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import chainer
 import chainer.links as L
 import chainermn
 import numpy
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import add_common_arguments, finish, make_trainer, run
 from imagenet_data import CroppedImages, SyntheticImages, compute_mean, image_list
 from models import ResNet50

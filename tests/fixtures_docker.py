@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
+from containers import build as image_build
+from containers.dockerd import DOCKER, Dockerd
+
 from conftest import REPO, require_commands
-
-sys.path.insert(0, str(REPO))
-
-from containers import build as image_build  # noqa: E402
-from containers.dockerd import DOCKER, Dockerd  # noqa: E402
 
 MNIST = ["train_mnist.py", "--iterations", "20", "--n-train", "2000", "--n-test", "200",
          "--unit", "100", "--no-progress", "--out", "/tmp/result"]

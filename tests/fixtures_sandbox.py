@@ -6,7 +6,7 @@
         print(job_output(sandbox, job))
 
 The fixture is a :class:`chainermn_rt.sandbox.Sandbox` in this checkout's build/sandbox:
-``sandbox.slurm`` submits, waits and runs client commands (``chainermn_rt.jobs.Slurm``),
+``sandbox.slurm`` submits, waits and runs client commands (``chainermn_rt.slurm_client.Slurm``),
 ``sandbox.job_record(job)`` reads Slurm's record of a finished job. A sandbox already up there
 is reused and left up; one the fixture started is brought down at the end of the session.
 Failing to start fails the test, never skips.

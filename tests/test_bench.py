@@ -24,7 +24,7 @@ def _ratio_of(ratio: float, num_ms: float, den_ms: float) -> bool:
 
 
 def test_allreduce_reports_its_ratios():
-    proc = run_mpi(2, ["bench/allreduce.py", "--repeat", "1"])
+    proc = run_mpi(2, ["-m", "bench.allreduce", "--repeat", "1"])
     [report] = [o for o in json_objects(proc.stdout) if "ours_ms" in o]
     assert report["arrays"] == 161 and report["values"] == 25_557_032
     assert _ratio_of(report["ratio_vs_best_raw"], report["best_raw_ms"], report["ours_ms"])
@@ -33,7 +33,7 @@ def test_allreduce_reports_its_ratios():
 
 
 def test_weak_scaling_shares_one_baseline():
-    proc = run_mpi(2, ["bench/weak_scaling.py", "--models", "mlp", "--rounds", "1"])
+    proc = run_mpi(2, ["-m", "bench.weak_scaling", "--models", "mlp", "--rounds", "1"])
     [report] = [o for o in json_objects(proc.stdout) if "weak_scaling" in o]
     rows = report["weak_scaling"]
     assert [(r["batch"], r["communicator"]) for r in rows] == [
@@ -43,7 +43,7 @@ def test_weak_scaling_shares_one_baseline():
 
 
 def test_exchange_floor_takes_the_exchange_apart():
-    proc = run_mpi(2, ["bench/exchange_floor.py", "--repeat", "1"])
+    proc = run_mpi(2, ["-m", "bench.exchange_floor", "--repeat", "1"])
     [report] = [o for o in json_objects(proc.stdout) if "chunk_bytes" in o]
     assert report["chunk_bytes"] == 1 << 18
     assert len(report) == 9 and all(v > 0 for v in report.values())

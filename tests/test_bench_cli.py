@@ -218,19 +218,35 @@ def test_gpu_pure_nccl_allreduce_and_train(tmp_path):
     (["allreduce", "--output", "missing/out.json"], "--output: missing/out.json; allowed: "
                                                     "a file in an existing folder"),
     (["allreduce", "--output", "ok.json", "--plot", "ar.jpg"], "--plot: ar.jpg; allowed: "),
-    (["train", "--batchsize", "0", "--output", "t.json"], "--batchsize: 0; allowed: 1 or more"),
-    (["train", "--insize", "16"], "--insize: 16; allowed: 32 or more"),
+    (["allreduce", "--output", "."], "--output: .; allowed: a file ending in .json or .csv"),
+    (["allreduce", "--output", "d.json"], "--output: d.json is a folder; allowed: a file"),
+    (["allreduce", "--plot", "d.png"], "--plot: d.png is a folder; allowed: a file"),
+    (["allreduce", "--output", "ar.CSV"], "--output: ar.CSV; allowed: a file ending in .json "
+                                          "or .csv"),
+    (["allreduce", "--max-bytes", "2000G"], "--max-bytes: '2000G'; allowed: a whole number of "
+                                            "bytes up to 1024G"),
+    (["allreduce", "--min-bytes", "512G", "--max-bytes", "512G"],
+     "--max-bytes: 512G needs about 1536.0 GiB for 1 rank(s) here"),
+    (["train", "--batchsize", "0", "--output", "t.json"], "--batchsize: 0; allowed: 1-1048576"),
+    (["train", "--batchsize", "1048576"], "--batchsize: 1048576 needs about "),
+    (["train", "--insize", "16"], "--insize: 16; allowed: 32-1024"),
     (["train", "--output", "t.csv"], "--output: t.csv; allowed: a file ending in .json"),
-    (["train", "--model", "vgg"], "argument --model: invalid choice: 'vgg'"),
-    (["train", "--communicator", "fast"], "argument --communicator: invalid choice: 'fast'"),
+    (["train", "--output", "d.json"], "--output: d.json is a folder; allowed: a file"),
+    (["train", "--model", "vgg"], "--model: invalid choice: 'vgg'"),
+    (["train", "--communicator", "fast"], "--communicator: invalid choice: 'fast'"),
+    (["train", "--seed", "-1"], "--seed: -1; allowed: 0-4294967295"),
+    (["train", "--seed", str(2**32)], "--seed: 4294967296; allowed: 0-4294967295"),
+    (["train", "--iterations", "1e3"], "--iterations: '1e3'; allowed: an integer, 1 or more"),
 ])
 def test_bad_arguments(tmp_path, args, message):
+    for folder in ("d.json", "d.png"):
+        (tmp_path / folder).mkdir()
     proc = subprocess.run([PYTHON, *CLI, *args], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path, env=clean_launcher_env(), check=False)
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
     assert line.startswith("chainermn-rt bench") and message in line, line
-    assert proc.stdout == "" and list(tmp_path.iterdir()) == []
+    assert proc.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["d.json", "d.png"]
 
 
 @pytest.mark.skipif(gpu_available(), reason="a GPU is here: pure_nccl is allowed")
@@ -241,6 +257,13 @@ def test_pure_nccl_without_a_gpu_is_refused(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == ("chainermn-rt bench: error: --communicators: pure_nccl needs a GPU "
                            "with CuPy and NCCL; allowed here: mpi, naive, chunked\n")
+    for name in ("pure_nccl", "flat", "non_cuda_aware"):
+        proc = subprocess.run([PYTHON, *CLI, "train", "--communicator", name],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                              env=clean_launcher_env(), check=False)
+        assert (proc.returncode, proc.stderr) == (2, (
+            f"chainermn-rt bench: error: --communicator: {name} needs a GPU with CuPy and NCCL; "
+            "allowed here: auto, chunked, naive, dummy\n"))
 
 
 # -- pieces, in this process (no MPI) --------------------------------------------------------

@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
-from chainermn_rt.cluster_doctor import checks, facts, job, probe, reports
-from chainermn_rt.cluster_doctor.checks import FAIL, NA, PASS, Expected
-from chainermn_rt.cluster_doctor.table import exclude_text, format_table
+from chainermn_rt.doctor import cluster, facts, job, probe, reports
+from chainermn_rt.doctor.check import FAIL, NA, PASS
+from chainermn_rt.doctor.cluster import Expected
+from chainermn_rt.doctor.table import exclude_text, format_table
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import Request
 from chainermn_rt.rank_contract import SLOTS_VAR, Slot, dump_slots
@@ -69,14 +70,14 @@ EXPECTED = Expected(ranks=8, busbw_gbps=200.0)
 
 
 def _run(reps, gathered=True, expected=EXPECTED):
-    return _by_name(checks.run_checks(reps, gathered, expected))
+    return _by_name(cluster.run_checks(reps, gathered, expected))
 
 
 def test_a_healthy_cluster_passes_every_check():
     found = _run(_healthy())
     assert {n: c.status for n, c in found.items()} == {n: PASS for n in found}, found
     assert len(found) == 13
-    assert checks.failed_nodes(list(found.values())) == []
+    assert cluster.failed_nodes(list(found.values())) == []
 
 
 def _fails(reps, name, message, nodes=None, **kw):
@@ -287,15 +288,15 @@ def test_the_exclude_list_names_each_blamed_node_once():
     reps[1]["cpus"] = [0]  # node1
     reps[41]["gpu"] = dict(reps[40]["gpu"])  # node11
     reps[9]["versions"]["numpy"] = "1.26.4"  # node3
-    found = checks.run_checks(reps, True, Expected(ranks=44))
+    found = cluster.run_checks(reps, True, Expected(ranks=44))
     assert exclude_text(found) == "node1,node3,node11\n"
-    assert exclude_text(checks.run_checks(_healthy(), True, Expected(ranks=8))) == ""
+    assert exclude_text(cluster.run_checks(_healthy(), True, Expected(ranks=8))) == ""
 
 
 def test_the_table_shows_hints_of_failed_checks_only():
     reps = _healthy()
     reps[1]["gpu"] = dict(reps[0]["gpu"])
-    text = format_table(checks.run_checks(reps, True, Expected(ranks=8)))
+    text = format_table(cluster.run_checks(reps, True, Expected(ranks=8)))
     lines = text.splitlines()
     assert lines[0].split() == ["check", "status", "reason"]
     row = next(i for i, line in enumerate(lines) if line.startswith("gpu-per-rank"))
@@ -334,7 +335,7 @@ def test_a_bad_checks_table_names_the_field(table, message):
 def test_the_doctor_job_is_a_training_job_with_the_probe_as_its_command(tmp_path):
     site = load_site(SANDBOX)
     plan = job.doctor_plan(site, Request(nodes=2, gpus_per_node=2, command=("true",)), tmp_path)
-    assert plan.command == (sys.executable, "-m", "chainermn_rt.cluster_doctor.probe",
+    assert plan.command == (sys.executable, "-m", "chainermn_rt.doctor.probe",
                             "--out", str(tmp_path))
     assert plan.launch[:2] == ("srun", "--mpi=pmix")
     assert plan.rank_step[-2:] == ("rank", "--")
@@ -356,10 +357,14 @@ def test_the_bandwidth_probe_runs_when_the_profile_expects_one(tmp_path):
 
 
 def test_the_folder_must_be_new_or_empty(tmp_path):
-    assert job.new_folder(tmp_path / "a" / "b") == tmp_path / "a" / "b"
-    (tmp_path / "a" / "b" / "rank-0.json").write_text("{}")
+    out = job.folder_for(tmp_path / "a" / "b")
+    assert out == tmp_path / "a" / "b" and not out.exists()  # made only once all is checked
+    assert job.make_folder(out) == out and out.is_dir()
+    (out / "rank-0.json").write_text("{}")
     with pytest.raises(UserError, match="--out: .* is not an empty folder"):
-        job.new_folder(tmp_path / "a" / "b")
+        job.folder_for(out)
+    with pytest.raises(UserError, match="--out: .* is a file"):
+        job.folder_for(out / "rank-0.json" / "c")
 
 
 def _cli(*args, cwd=REPO):
@@ -376,7 +381,7 @@ def _cli(*args, cwd=REPO):
                                                        "job's container image"),
     (["--site", "sandbox", "--nodes", "3"], "--nodes: 3 on partition 'gpu'; allowed: 1-2"),
     (["--site", "sandbox", "--nodes", "1", "--exclude-bad", "/nowhere/bad.txt"],
-     "--exclude-bad: /nowhere is not a folder"),
+     "--exclude-bad: /nowhere/bad.txt; allowed: a file in an existing folder"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args, message, tmp_path):
     proc = _cli(*args, cwd=tmp_path)
@@ -464,12 +469,12 @@ def test_verdict_finds_the_first_wrong_element():
 @pytest.mark.mpi
 def test_the_probe_under_three_mpi_ranks_passes_the_checks(tmp_path):
     """Real MPI ranks on this machine (mpirun, no Slurm): reports written, gathered, checked."""
-    run_mpi(3, ["-m", "chainermn_rt.cluster_doctor.probe", "--out", str(tmp_path)])
+    run_mpi(3, ["-m", "chainermn_rt.doctor.probe", "--out", str(tmp_path)])
     found, gathered = reports.load_reports(tmp_path)
     assert gathered and [r["launcher"]["rank"] for r in found] == [0, 1, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "rank-0.json", "rank-1.json", "rank-2.json", "ranks.json"]
-    result = _by_name(checks.run_checks(found, gathered, Expected(ranks=3)))
+    result = _by_name(cluster.run_checks(found, gathered, Expected(ranks=3)))
     assert result["allreduce-cpu"].status == PASS, result["allreduce-cpu"]
     assert result["launcher-mpi"].status == PASS, result["launcher-mpi"]
     assert result["versions"].status == PASS
@@ -480,12 +485,12 @@ def test_the_probe_under_three_mpi_ranks_passes_the_checks(tmp_path):
 def test_the_probe_on_a_gpu_averages_with_pure_nccl(tmp_path):
     """On a machine with a CUDA GPU: its UUID and NUMA node are read, and ChainerMN's
     pure_nccl mean of GPU buffers is right."""
-    run_mpi(1, ["-m", "chainermn_rt.cluster_doctor.probe", "--out", str(tmp_path)],
+    run_mpi(1, ["-m", "chainermn_rt.doctor.probe", "--out", str(tmp_path)],
             env=dict(os.environ, CUDA_VISIBLE_DEVICES="0"))
     (report,), gathered = reports.load_reports(tmp_path)
     assert report["gpu"]["uuid"].startswith("GPU-") and report["versions"]["cupy"]
     assert report["allreduce_gpu"]["ok"], report["allreduce_gpu"]
-    result = _by_name(checks.run_checks([report], gathered, Expected(ranks=1)))
+    result = _by_name(cluster.run_checks([report], gathered, Expected(ranks=1)))
     assert result["allreduce-gpu"].status == PASS
 
 

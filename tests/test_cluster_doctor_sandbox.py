@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from chainermn_rt.cluster_doctor import job
+from chainermn_rt.doctor import job
 from chainermn_rt.plan import Request
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site

@@ -4,17 +4,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
-
-from conftest import REPO
-
-sys.path.insert(0, str(REPO))
 
 from containers import compose
 from containers.blocks import (
     apt,
-    chainermn_rt,
+    bundle,
     cuda,
     cupy,
     debian_source,
@@ -268,7 +263,7 @@ def test_mpi4py():
 
 
 def test_chainermn_rt():
-    assert docker(*chainermn_rt.block("/s", ("gpu",)).build) == (
+    assert docker(*bundle.block("/s", ("gpu",)).build) == (
         "COPY pyproject.toml /s/pyproject.toml\n"
         "COPY README.md /s/README.md\n"
         "COPY chainermn_rt /s/chainermn_rt\n"

@@ -7,12 +7,10 @@ import sys
 
 import pytest
 
+from containers import build
+from containers.recipe import CA_BUNDLE, CA_SECRET
+
 from conftest import REPO
-
-sys.path.insert(0, str(REPO))
-
-from containers import build  # noqa: E402
-from containers.recipe import CA_BUNDLE, CA_SECRET  # noqa: E402
 
 
 def test_an_unknown_engine_is_refused_with_the_allowed_ones():
@@ -47,7 +45,7 @@ def test_buildah_builds_without_pulling():
 
 
 def test_sif_without_apptainer_or_singularity_says_what_to_do(tmp_path):
-    proc = subprocess.run([sys.executable, "containers/build.py", "sif", "--flavor", "cpu"],
+    proc = subprocess.run([sys.executable, "-m", "containers.build", "sif", "--flavor", "cpu"],
                           cwd=REPO, capture_output=True, text=True, check=False,
                           env={"PATH": str(tmp_path)})  # neither tool on this PATH
     assert proc.returncode == 2
@@ -107,7 +105,7 @@ def test_the_registry_flavour_never_gets_the_debian_base(monkeypatch):
 
 
 def test_an_unknown_flavour_is_one_line_with_exit_2():
-    proc = subprocess.run([sys.executable, "containers/build.py", "image", "--flavor", "tpu"],
+    proc = subprocess.run([sys.executable, "-m", "containers.build", "image", "--flavor", "tpu"],
                           cwd=REPO, capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--flavor: invalid choice: 'tpu'" in proc.stderr

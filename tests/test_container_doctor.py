@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from chainermn_rt import doctor
+from chainermn_rt.doctor import stack
+from chainermn_rt.doctor.check import Check, format_line
 
 from conftest import PYTHON, REPO, require_commands
 
 # what the doctor reports in a cpu image and on this (cpu) machine
-CPU_CHECKS = {"flavor": "ok", "mpi": "ok", "mpi-cuda": "n/a", "ucx": "n/a", "pmix": "ok",
-              "nccl": "n/a", "cupy": "n/a", "cudnn": "n/a", "mpi4py": "ok", "imports": "ok",
-              "versions": "ok"}
+CPU_CHECKS = {"flavor": "PASS", "mpi": "PASS", "mpi-cuda": "n/a", "ucx": "n/a", "pmix": "PASS",
+              "nccl": "n/a", "cupy": "n/a", "cudnn": "n/a", "mpi4py": "PASS", "imports": "PASS",
+              "versions": "PASS"}
 
 
 def _doctor(*args, env=None):
@@ -41,10 +42,10 @@ def test_image_mode_outside_an_image_fails_with_the_reason(tmp_path):
 
 def test_cuda_flag_is_read_from_ompi_info():
     key = "mca:mpi:base:param:mpi_built_with_cuda_support:value"
-    assert doctor.cuda_mpi_check("gpu", {key: "true"}).status == "ok"
-    failed = doctor.cuda_mpi_check("gpu", {key: "false"})
+    assert stack.cuda_mpi_check("gpu", {key: "true"}).status == "PASS"
+    failed = stack.cuda_mpi_check("gpu", {key: "false"})
     assert failed.status == "FAIL" and "not CUDA-aware" in failed.reason
-    assert doctor.cuda_mpi_check("cpu", {key: "false"}).status == "n/a"
+    assert stack.cuda_mpi_check("cpu", {key: "false"}).status == "n/a"
 
 
 @pytest.fixture
@@ -62,28 +63,28 @@ def fake_ucx_info(tmp_path, monkeypatch):
 def test_ucx_needs_cuda_and_ib_transports(fake_ucx_info):
     fake_ucx_info("#      Transport: cuda_copy\n#      Transport: gdr_copy\n"
                   "#      Transport: rc_verbs\n#      Transport: ud_mlx5\n#      Transport: tcp\n")
-    ok = doctor.ucx_check("gpu")
-    assert ok.status == "ok" and "cuda_copy" in ok.reason and "rc_verbs" in ok.reason
+    ok = stack.ucx_check("gpu")
+    assert ok.status == "PASS" and "cuda_copy" in ok.reason and "rc_verbs" in ok.reason
     fake_ucx_info("#      Transport: tcp\n#      Transport: posix\n")
-    assert doctor.ucx_check("gpu").status == "FAIL"
+    assert stack.ucx_check("gpu").status == "FAIL"
 
 
 def test_ucx_without_an_hca_accepts_a_build_with_ib(fake_ucx_info):
     fake_ucx_info("#      Transport: cuda_copy\n#      Transport: tcp\n",
                   build='#define uct_MODULES ":cma:ib:rdmacm"')
-    assert doctor.ucx_check("gpu").reason.endswith("ib: ib (built; no HCA here)")
-    assert doctor.ucx_check("cpu").status == "n/a"
+    assert stack.ucx_check("gpu").reason.endswith("ib: ib (built; no HCA here)")
+    assert stack.ucx_check("cpu").status == "n/a"
 
 
 def test_ucx_without_a_gpu_driver_accepts_a_build_with_cuda(fake_ucx_info):
     fake_ucx_info("#      Transport: tcp\n#      Transport: rc_verbs\n",
                   build='#define uct_MODULES ":cuda:ib:rdmacm:cma"')
-    ok = doctor.ucx_check("gpu")
-    assert ok.status == "ok" and "cuda (built; no GPU driver here)" in ok.reason
+    ok = stack.ucx_check("gpu")
+    assert ok.status == "PASS" and "cuda (built; no GPU driver here)" in ok.reason
     fake_ucx_info("#      Transport: tcp\n#      Transport: rc_verbs\n",
                   build='#define uct_MODULES ":ib:rdmacm:cma"')
-    assert doctor.ucx_check("gpu").status == "FAIL"
-    assert doctor.ucx_check("gpu-upstream").status == "FAIL"
+    assert stack.ucx_check("gpu").status == "FAIL"
+    assert stack.ucx_check("gpu-upstream").status == "FAIL"
 
 
 FAKE_LIBS = {  # soname: C source of a library that answers like the real one
@@ -109,16 +110,17 @@ def fake_libs(tmp_path):
     return tmp_path
 
 
-def _checks_with(lib_dir, versions: dict | None, pythonpath: str = "") -> dict[str, doctor.Check]:
+def _checks_with(lib_dir, versions: dict | None, pythonpath: str = "") -> dict[str, stack.Check]:
     """nccl and cudnn checks in a process whose dynamic linker searches ``lib_dir``."""
-    code = ("import json, sys; from chainermn_rt import doctor; v = json.loads(sys.argv[1]); "
-            "print(json.dumps(doctor.as_json([doctor.nccl_check('gpu', v), "
-            "doctor.cudnn_check('gpu', v)])))")
+    code = ("import json, sys; from chainermn_rt.doctor import stack; "
+            "v = json.loads(sys.argv[1]); "
+            "print(json.dumps(stack.as_json([stack.nccl_check('gpu', v), "
+            "stack.cudnn_check('gpu', v)])))")
     out = subprocess.run([PYTHON, "-c", code, json.dumps(versions)], capture_output=True,
                          text=True, check=True, cwd=REPO,
                          env=dict(os.environ, LD_LIBRARY_PATH=str(lib_dir),
                                   PYTHONPATH=pythonpath)).stdout
-    return {c["name"]: doctor.Check(**c) for c in json.loads(out)}
+    return {c["name"]: Check(**{**c, "nodes": tuple(c["nodes"])}) for c in json.loads(out)}
 
 
 def _fake_cupy(site: Path, version: str) -> None:
@@ -135,13 +137,13 @@ def test_outside_an_image_nccl_and_cudnn_are_read_from_nvidias_wheels(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     checks = _checks_with(empty, None, str(site))
-    assert checks["nccl"] == doctor.Check(
-        "nccl", "ok", f"NCCL 2.32.3 (read from {site}/nvidia/nccl/lib/libnccl.so.2)")
-    assert checks["cudnn"] == doctor.Check(
+    assert checks["nccl"] == Check(
+        "nccl", "PASS", f"NCCL 2.32.3 (read from {site}/nvidia/nccl/lib/libnccl.so.2)")
+    assert checks["cudnn"] == Check(
         "cudnn", "n/a", "CuPy 14 has no cuDNN binding: Chainer convolves without cuDNN")
     _fake_lib(site / "nvidia" / "cudnn" / "lib", "libcudnn.so.9")
     cudnn = _checks_with(empty, None, str(site))["cudnn"]
-    assert cudnn == doctor.Check("cudnn", "ok", f"cuDNN 9.10.0 (read from {site}/nvidia/cudnn/"
+    assert cudnn == Check("cudnn", "PASS", f"cuDNN 9.10.0 (read from {site}/nvidia/cudnn/"
                                  "lib/libcudnn.so.9); CuPy 14 has no cuDNN binding: Chainer "
                                  "convolves without cuDNN")
     _fake_cupy(site, "13.6.0")  # CuPy 13 binds cuDNN 8, which is missing
@@ -152,8 +154,8 @@ def test_outside_an_image_nccl_and_cudnn_are_read_from_nvidias_wheels(tmp_path):
 def test_nccl_and_cudnn_versions_are_read_from_the_libraries(fake_libs):
     pins = {"python": {"nvidia-nccl-cu12": "2.32.3", "nvidia-cudnn-cu12": "8.9.7.29"}}
     checks = _checks_with(fake_libs, pins)
-    assert checks["nccl"] == doctor.Check("nccl", "ok", "NCCL 2.32.3 (read from libnccl.so.2)")
-    assert checks["cudnn"] == doctor.Check("cudnn", "ok", "cuDNN 8.9.7 (read from libcudnn.so.8)")
+    assert checks["nccl"] == Check("nccl", "PASS", "NCCL 2.32.3 (read from libnccl.so.2)")
+    assert checks["cudnn"] == Check("cudnn", "PASS", "cuDNN 8.9.7 (read from libcudnn.so.8)")
     wrong = _checks_with(fake_libs, {"python": {"nvidia-nccl-cu12": "2.30.1",
                                                 "nvidia-cudnn-cu12": "8.9.2.26"}})
     assert wrong["nccl"].status == "FAIL" and "2.32.3 (want 2.30.1)" in wrong["nccl"].reason
@@ -161,10 +163,10 @@ def test_nccl_and_cudnn_versions_are_read_from_the_libraries(fake_libs):
 
 
 def test_a_missing_gpu_library_fails_and_the_cpu_flavour_has_none():
-    missing = doctor._library_check("nccl", "gpu", "libnccl-absent.so.2", "ncclGetVersion",
-                                    doctor._nccl_decode, None)
+    missing = stack._library_check("nccl", "gpu", "libnccl-absent.so.2", "ncclGetVersion",
+                                    stack._nccl_decode, None)
     assert missing.status == "FAIL" and "libnccl-absent.so.2 does not load" in missing.reason
-    for check in (doctor.nccl_check, doctor.cudnn_check):
+    for check in (stack.nccl_check, stack.cudnn_check):
         assert check("cpu").status == "n/a"
 
 
@@ -172,31 +174,31 @@ def test_cupy_is_required_in_the_gpu_flavours():
     try:
         import cupy  # noqa: F401
     except ImportError:
-        failed = doctor.cupy_check("gpu")
+        failed = stack.cupy_check("gpu")
         assert failed.status == "FAIL" and "import cupy" in failed.reason
-    assert doctor.cupy_check("cpu").status == "n/a"
+    assert stack.cupy_check("cpu").status == "n/a"
 
 
 def test_pmix_is_external_and_of_the_images_version():
     require_commands("ompi_info")
-    _, params = doctor.ompi_params()  # Debian's Open MPI here uses Debian's PMIx (ext3x)
-    ok = doctor.pmix_check(params, {"system": {"pmix": "4.2.2"}})
-    assert ok.status == "ok" and ok.reason == "PMIx 4.2.2, Open MPI component ext3x"
-    wrong = doctor.pmix_check(params, {"system": {"pmix": "9.9.9"}})
+    _, params = stack.ompi_params()  # Debian's Open MPI here uses Debian's PMIx (ext3x)
+    ok = stack.pmix_check(params, {"system": {"pmix": "4.2.2"}})
+    assert ok.status == "PASS" and ok.reason == "PMIx 4.2.2, Open MPI component ext3x"
+    wrong = stack.pmix_check(params, {"system": {"pmix": "9.9.9"}})
     assert wrong.status == "FAIL" and "PMIx 4.2.2 (want 9.9.9)" in wrong.reason
     internal = {k: v for k, v in params.items() if not k.startswith("mca:pmix:ext")}
-    failed = doctor.pmix_check(internal, None)
+    failed = stack.pmix_check(internal, None)
     assert failed.status == "FAIL" and "no external PMIx" in failed.reason
 
 
 def test_a_wrong_version_fails():
     versions = {"flavor": "cpu", "python": {"numpy": "0.0.1"}, "system": {"openmpi": "4.1.4"}}
-    check = doctor.versions_check(True, versions, {"ompi:version:full": "4.1.4"})
+    check = stack.versions_check(True, versions, {"ompi:version:full": "4.1.4"})
     assert check.status == "FAIL" and "numpy" in check.reason and "(want 0.0.1)" in check.reason
 
 
 def test_lines_are_aligned():
-    line = doctor.format_line(doctor.Check("mpi4py", "n/a", "why"))
+    line = format_line(Check("mpi4py", "n/a", "why"))
     assert line == "n/a   mpi4py         why"
 
 
@@ -210,19 +212,19 @@ def test_an_unreadable_versions_file_fails_the_flavor_check(tmp_path):
 
 def test_cuda_runtime_is_compared_with_the_image(monkeypatch):
     versions = {"flavor": "gpu", "python": {}, "system": {"cuda": "12.6.3"}}
-    monkeypatch.setattr(doctor, "_cuda_runtime", lambda: "12.6")  # CuPy's runtime needs CUDA
-    assert doctor.versions_check(True, versions, {}).status == "ok"
-    monkeypatch.setattr(doctor, "_cuda_runtime", lambda: "12.4")
-    failed = doctor.versions_check(True, versions, {})
+    monkeypatch.setattr(stack, "_cuda_runtime", lambda: "12.6")  # CuPy's runtime needs CUDA
+    assert stack.versions_check(True, versions, {}).status == "PASS"
+    monkeypatch.setattr(stack, "_cuda_runtime", lambda: "12.4")
+    failed = stack.versions_check(True, versions, {})
     assert failed.status == "FAIL" and "CUDA runtime 12.4 (want 12.6.3)" in failed.reason
 
 
 def test_ucx_version_is_read_in_both_formats(fake_ucx_info, monkeypatch):
-    monkeypatch.setattr(doctor, "_expected_python", dict)  # only the system versions here
+    monkeypatch.setattr(stack, "_expected_python", dict)  # only the system versions here
     versions = {"flavor": "gpu", "python": {}, "system": {"ucx": "1.13.1"}}
     for text in ("# Version 1.13.1\n# Git branch '<unknown>'", "# Library version: 1.13.1"):
         fake_ucx_info(text)
-        assert doctor.versions_check(True, versions, {}).status == "ok", text
+        assert stack.versions_check(True, versions, {}).status == "PASS", text
     fake_ucx_info("# Version 1.18.1")
-    failed = doctor.versions_check(True, versions, {})
+    failed = stack.versions_check(True, versions, {})
     assert failed.status == "FAIL" and "ucx 1.18.1 (want 1.13.1)" in failed.reason

@@ -12,18 +12,15 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tomllib
 
 import pytest
 from fixtures_docker import MNIST, _run, ch_run, docker_run
 
+from containers.dockerd import DOCKER
+from containers.versions import load, python_pins
+
 from conftest import PYTHON, REPO
-
-sys.path.insert(0, str(REPO))
-
-from containers.dockerd import DOCKER  # noqa: E402
-from containers.versions import load, python_pins  # noqa: E402
 
 pytestmark = pytest.mark.docker
 
@@ -49,7 +46,7 @@ def _doctor(engine, tag, versions_text=None, tmp_path=None, extra=()):
 
 def test_doctor_passes_inside_the_gpu_image(engine, gpu_image):
     rc, checks = _doctor(engine, gpu_image)
-    assert {n: c["status"] for n, c in checks.items()} == dict.fromkeys(GPU_CHECKS, "ok"), checks
+    assert {n: c["status"] for n, c in checks.items()} == dict.fromkeys(GPU_CHECKS, "PASS"), checks
     assert rc == 0
     pins = python_pins(("gpu",))
     assert checks["mpi-cuda"]["reason"] == "mpi_built_with_cuda_support=true"
@@ -66,10 +63,10 @@ def test_doctor_passes_inside_the_gpu_image(engine, gpu_image):
 def test_make_image_doctor_exits_by_the_checks(engine, gpu_image, cpu_image):
     env = dict(os.environ, DOCKER_HOST=engine.host)
     for flavor in ("gpu", "cpu"):
-        proc = subprocess.run([PYTHON, "containers/build.py", "doctor", "--flavor", flavor],
+        proc = subprocess.run([PYTHON, "-m", "containers.build", "doctor", "--flavor", flavor],
                               cwd=REPO, env=env, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "FAIL" not in proc.stdout and re.search(r"^ok\s+versions", proc.stdout, re.M)
+        assert "FAIL" not in proc.stdout and re.search(r"^PASS\s+versions", proc.stdout, re.M)
 
 
 def test_the_gpu_checks_fail_against_the_cpu_image(engine, cpu_image, tmp_path):
@@ -200,4 +197,4 @@ def test_two_nodes_two_ranks_train_in_the_gpu_image_on_the_sandbox(sandbox, char
 def test_gpu_image_passes_doctor_under_ch_run(charliecloud_gpu_dir):
     out = ch_run(charliecloud_gpu_dir, "chainermn-rt", "doctor", "--image").stdout
     for name in GPU_CHECKS:
-        assert re.search(rf"^ok\s+{name}\s", out, flags=re.MULTILINE), out
+        assert re.search(rf"^PASS\s+{name}\s", out, flags=re.MULTILINE), out

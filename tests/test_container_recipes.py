@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-
-from conftest import PYTHON, REPO
-
-sys.path.insert(0, str(REPO))
 
 from containers import generate
 from containers.base import mirror_from_apt
@@ -20,11 +15,13 @@ from containers.flavors import FLAVORS, recipe
 from containers.recipe import CA_PRELUDE, Copy, Recipe, Run, Stage
 from containers.versions import load, python_pins
 
+from conftest import PYTHON, REPO
+
 HADOLINT = Path(PYTHON).parent / "hadolint"
 
 
 def test_committed_recipes_match_the_generator():
-    proc = subprocess.run([PYTHON, "containers/generate.py", "--check"], cwd=REPO,
+    proc = subprocess.run([PYTHON, "-m", "containers.generate", "--check"], cwd=REPO,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import sys
 
 import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO))
 MODULES = sorted(
     ".".join(p.relative_to(REPO).with_suffix("").parts)
     for top in ("chainermn_rt", "containers") for p in (REPO / top).rglob("*.py")

@@ -7,17 +7,14 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy
 import pytest
 
 from chainermn_rt.errors import UserError
+from examples.imagenet_data import CroppedImages, compute_mean, image_list, read_image, write_ppm
 
 from conftest import PYTHON, REPO, run_mpi
-
-sys.path.insert(0, str(REPO / "examples"))
-from imagenet_data import CroppedImages, compute_mean, image_list, read_image, write_ppm
 
 MNIST = ["examples/train_mnist.py", "--n-train", "2000", "--n-test", "400", "--unit", "100",
          "--batchsize", "50", "--log-every", "10", "--no-progress"]

@@ -8,19 +8,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.sandbox import Sandbox, netns, processes
 from chainermn_rt.sandbox.daemons import MARKER_VAR
+from examples.sandbox_demo import run_demo
 
 from conftest import PYTHON, REPO, json_objects, require_commands
 from fixtures_sandbox import job_output, submit_text
-
-sys.path.insert(0, str(REPO / "examples"))
-from sandbox_demo import run_demo  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -256,7 +253,7 @@ def test_cli_submit_reaches_the_sandbox_from_any_folder(sandbox, tmp_path):
 
 
 def test_binding_bench_runs_the_demo_under_both_bindings(sandbox):
-    proc = subprocess.run([PYTHON, "bench/sandbox_binding.py", "--rounds", "1",
+    proc = subprocess.run([PYTHON, "-m", "bench.sandbox_binding", "--rounds", "1",
                            "--iterations", "10"], capture_output=True, text=True, cwd=REPO,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -8,11 +8,11 @@ import subprocess
 import pytest
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.jobs import FinalState
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import parse_line, read_records, result
 from chainermn_rt.sandbox.settings import STATE_VAR, default_state_dir, sandbox_settings
 from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.slurm_client import FinalState
 
 from conftest import PYTHON, REPO, require_commands
 

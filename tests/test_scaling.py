@@ -89,7 +89,7 @@ def test_dry_run_renders_every_point_and_submits_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-nodes", "3"], "--max-nodes: 3; allowed: up to the partition's nodes"),
+    (["--max-nodes", "3"], "--max-nodes: 3; allowed: 1-2 (the nodes of partition 'gpu')"),
     (["--max-nodes", "0"], "--max-nodes: 0; allowed: 1 or more"),
     (["--max-nodes", "2", "--iterations", "0"], "--iterations: 0; allowed: 1 or more"),
     (["--max-nodes", "2", "--gpus-per-node", "9"], "--gpus-per-node: 9 on partition 'gpu'"),

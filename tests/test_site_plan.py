@@ -190,18 +190,23 @@ def test_sbatch_tables_follow_the_plans_options_and_the_partitions_win(tmp_path)
 
 
 def test_the_plans_own_options_cannot_be_set_in_a_profile():
-    from chainermn_rt.site import PLAN_SBATCH_OPTIONS
+    from chainermn_rt.sbatch_options import PLAN_OPTIONS
 
     for name in ("dgx-h100", "quad-gpu", "cpu-cluster"):
         site = _site(name)
         plan = make_plan(site, Request(nodes=1, command=("x",), memory="1G", account="a",
                                        qos="q"))
         extra = {o for o, _ in site.sbatch + site.partition(None).sbatch}
-        assert {o for o, _ in plan.sbatch} - extra <= set(PLAN_SBATCH_OPTIONS)
+        assert {o for o, _ in plan.sbatch} - extra <= set(PLAN_OPTIONS)
 
 
 @pytest.mark.parametrize("site_table, partition_table, message", [
     ('time = "1:00:00"', "", "sbatch.time: chainermn-rt sets this option; allowed: --time"),
+    ('partitio = "debug"', "", "sbatch.partitio: chainermn-rt sets --partition, which sbatch "
+                              "takes this for; allowed: --partition"),
+    ("", 'outpu = "x.log"', "partitions[0].sbatch.outpu: chainermn-rt sets --output, which "
+                           "sbatch takes this for; allowed: --log"),
+    ('gpus-per = "2"', "", "sbatch.gpus-per: chainermn-rt sets --gpus-per-node"),
     ("", "ntasks = \"8\"", "partitions[0].sbatch.ntasks: chainermn-rt sets this option; "
                            "allowed: --gpus-per-node or --ranks-per-node"),
     ('output = "x.out"', "", "sbatch.output: chainermn-rt sets this option; allowed: --log"),

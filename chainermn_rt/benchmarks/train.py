@@ -30,6 +30,14 @@ import time
 from chainermn_rt.benchmarks.world import node_count
 
 MODELS = ("resnet50", "mlp")
+INSIZES = (32, 1024)  # ResNet-50's input side: it halves it five times
+MAX_BATCH = 1 << 20
+SEEDS = (0, 2**32 - 1)  # NumPy's global seed
+# Host memory one rank's training takes beyond its start, measured on the CPU (bench/
+# RESULTS.md): ResNet-50 about 2.4 kB per input pixel of each image of a batch (117 MB at
+# 224x224), the MLP about 32 kB per sample; plus the model, its gradients and momentum.
+RESNET_BYTES_PER_PIXEL, MLP_BYTES_PER_SAMPLE = 2400, 32 << 10
+MODEL_BYTES = {"resnet50": 4 * 25_557_032 * 4, "mlp": 4 * 1_796_010 * 4}
 MLP_INPUT, MLP_UNITS, MLP_CLASSES = 784, 1000, 10
 RESNET_CLASSES = 1000
 POOL = 4  # synthetic batches per rank, used in turn
@@ -44,6 +52,13 @@ def make_model(name: str, insize: int):
     if name == "mlp":
         return MLP(MLP_UNITS, MLP_CLASSES), (MLP_INPUT,), MLP_CLASSES
     raise ValueError(f"model {name!r}; allowed: {', '.join(MODELS)}")
+
+
+def host_bytes(model: str, batchsize: int, insize: int) -> int:
+    """About the memory one rank training ``model`` on the CPU takes (see the constants)."""
+    per_sample = RESNET_BYTES_PER_PIXEL * insize * insize if model == "resnet50" else \
+        MLP_BYTES_PER_SAMPLE
+    return MODEL_BYTES[model] + batchsize * per_sample
 
 
 def synthetic_batches(shape: tuple, classes: int, batchsize: int, seed: int, device) -> list:

@@ -17,13 +17,18 @@ import re
 import sys
 from pathlib import Path
 
+from chainermn_rt.arguments import integer, output_file
 from chainermn_rt.benchmarks import allreduce, train
+from chainermn_rt.communicators import GPU_ONLY
 from chainermn_rt.communicators import NAMES as COMMUNICATOR_NAMES
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
 
 _BYTES = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
 _UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
-RESNET_MIN_INSIZE = 32
+MAX_BYTES = 1 << 40
+# Host memory of one rank's largest CPU allreduce, per byte of it: the buffer, its pattern
+# and MPI's own copy (measured: bench/RESULTS.md)
+ALLREDUCE_HOST_FACTOR = 3
 
 
 def parse_bytes(text: str, flag: str) -> int:
@@ -33,10 +38,11 @@ def parse_bytes(text: str, flag: str) -> int:
     (65536, 1073741824)
     """
     match = _BYTES.fullmatch(text.strip())
-    if not match:
-        raise UserError(f"{flag}: {text!r}; allowed: a whole number of bytes, optionally with "
-                        "K, M or G (1024-based), e.g. 8, 64K, 1G")
-    return int(match.group(1)) << _UNITS[match.group(2).upper()]
+    value = int(match.group(1)) << _UNITS[match.group(2).upper()] if match else -1
+    if not 0 <= value <= MAX_BYTES:
+        raise UserError(f"{flag}: {text!r}; allowed: a whole number of bytes up to 1024G, "
+                        "optionally with K, M or G (1024-based), e.g. 8, 64K, 1G")
+    return value
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +54,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--min-bytes", default="8", help="smallest size (K, M, G: 1024-based); default: 8")
     a("--max-bytes", default="1G", help="largest size; sizes double from --min-bytes; "
                                          "default: 1G")
-    a("--repeat", type=int, default=allreduce.REPEAT,
+    a("--repeat", type=integer(1), default=allreduce.REPEAT,
       help="timed calls per size (the median is reported); default: %(default)s")
-    a("--warmup", type=int, default=allreduce.WARMUP,
+    a("--warmup", type=integer(0), default=allreduce.WARMUP,
       help="untimed calls per size first; default: %(default)s")
     a("--communicators", metavar="LIST",
       help=f"comma-separated, of {', '.join(allreduce.COMMUNICATORS)}; default: every one "
@@ -64,16 +70,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     help_text = "training throughput (images/s) of a model on synthetic data"
     a = sub.add_parser("train", help=help_text, description=help_text).add_argument
     a("--model", default="resnet50", choices=train.MODELS, help="default: %(default)s")
-    a("--batchsize", type=int, default=32, help="per rank; default: %(default)s")
-    a("--insize", type=int, default=224,
+    a("--batchsize", type=integer(1, train.MAX_BATCH), default=32,
+      help="per rank; default: %(default)s")
+    a("--insize", type=integer(*train.INSIZES), default=224,
       help="ResNet-50 input side (mlp: ignored); default: %(default)s")
-    a("--iterations", type=int, default=100, help="timed iterations; default: %(default)s")
-    a("--warmup", type=int, default=10, help="untimed iterations first; default: %(default)s")
+    a("--iterations", type=integer(1), default=100,
+      help="timed iterations; default: %(default)s")
+    a("--warmup", type=integer(0), default=10,
+      help="untimed iterations first; default: %(default)s")
     a("--communicator", default="auto", choices=COMMUNICATOR_NAMES,
       help="default: auto (what chainermn_rt.setup() chooses: pure_nccl on GPUs, else "
            "chunked)")
     a("--output", type=Path, metavar="FILE.json", help="also write the JSON line's object")
-    a("--seed", type=int, default=0, help="initial parameters and synthetic data (plus rank)")
+    a("--seed", type=integer(*train.SEEDS), default=0,
+      help="initial parameters and synthetic data (plus rank)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,19 +92,22 @@ def run(args: argparse.Namespace) -> int:
 
 # -- checks before MPI starts ---------------------------------------------------------------
 
-def _at_least(args, flag: str, low: int) -> None:
-    value = getattr(args, flag.lstrip("-").replace("-", "_"))
-    if value < low:
-        raise UserError(f"{flag}: {value}; allowed: {low} or more")
+def _local_ranks() -> int:
+    """Ranks on this node, as the launcher says (1 when it does not)."""
+    from chainermn_rt.job_env import JobEnvironment
+
+    return JobEnvironment.detect().local_size or 1
 
 
-def _output_file(path: Path | None, flag: str, suffixes: tuple[str, ...]) -> None:
-    if path is None:
-        return
-    if path.suffix.lower() not in suffixes:
-        raise UserError(f"{flag}: {path}; allowed: a file ending in {' or '.join(suffixes)}")
-    if not path.absolute().parent.is_dir():
-        raise UserError(f"{flag}: {path}; allowed: a file in an existing folder")
+def _fits(need: int, flag: str, value) -> None:
+    """UserError naming ``flag`` when this node's ranks would need more memory than it has."""
+    from chainermn_rt.benchmarks.world import available_memory
+
+    have, ranks = available_memory(), _local_ranks()
+    if have is not None and need * ranks > have:
+        raise UserError(f"{flag}: {value} needs about {need * ranks / 2**30:.1f} GiB for "
+                        f"{ranks} rank(s) here, {have / 2**30:.1f} GiB is available; allowed: "
+                        "a smaller value")
 
 
 def _sizes(args) -> list[int]:
@@ -122,60 +135,70 @@ def _requested_communicators(text: str | None) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
+def _needs_gpu(names: list[str], flag: str, allowed: list[str]) -> None:
+    from chainermn_rt.communicators import nccl_gpu_available
+
+    gpu_only = [n for n in names if n in GPU_ONLY]
+    if gpu_only and not nccl_gpu_available():
+        raise UserError(f"{flag}: {gpu_only[0]} needs a GPU with CuPy and NCCL; allowed "
+                        f"here: {', '.join(allowed)}")
+
+
 def _check_allreduce(args) -> tuple[list[int], list[str] | None]:
     sizes = _sizes(args)
-    _at_least(args, "--repeat", 1)
-    _at_least(args, "--warmup", 0)
     names = _requested_communicators(args.communicators)
-    _output_file(args.output, "--output", (".json", ".csv"))
-    _output_file(args.plot, "--plot", (".png",))
+    output_file(args.output, "--output", (".json", ".csv"))
+    output_file(args.plot, "--plot", (".png",))
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise EnvironmentProblem("--plot needs matplotlib: pip install 'chainermn-rt[plot]'")
-    if names and "pure_nccl" in names:
+    if names:
+        _needs_gpu(names, "--communicators",
+                   [n for n in allreduce.COMMUNICATORS if n not in GPU_ONLY])
+    if names is None or any(n not in GPU_ONLY for n in names):
+        _fits(ALLREDUCE_HOST_FACTOR * sizes[-1], "--max-bytes", args.max_bytes)
+    return sizes, names
+
+
+def _check_train(args) -> None:
+    output_file(args.output, "--output", (".json",))
+    _needs_gpu([args.communicator], "--communicator",
+               [n for n in COMMUNICATOR_NAMES if n not in GPU_ONLY])
+    if args.communicator not in GPU_ONLY:
         from chainermn_rt.communicators import nccl_gpu_available
 
-        if not nccl_gpu_available():
-            raise UserError("--communicators: pure_nccl needs a GPU with CuPy and NCCL; "
-                            "allowed here: mpi, naive, chunked")
-    return sizes, names
+        if args.communicator != "auto" or not nccl_gpu_available():  # trains on the CPU
+            _fits(train.host_bytes(args.model, args.batchsize, args.insize), "--batchsize",
+                  args.batchsize)
 
 
 # -- MPI ------------------------------------------------------------------------------------
 
-def _world():
-    """MPI's world after checking it agrees with the launcher, and this rank's GPU (or None)."""
-    from mpi4py import MPI
+def _start():
+    """This rank, started as chainermn_rt.setup() starts one (launcher, MPI, abort hook)."""
+    from chainermn_rt.job_env import LauncherMismatch
+    from chainermn_rt.runtime import start_rank
 
-    from chainermn_rt.job_env import JobEnvironment, LauncherMismatch, check_against_mpi
-    from chainermn_rt.runtime import install_abort_hook
-
-    comm = MPI.COMM_WORLD
     try:
-        env = check_against_mpi(JobEnvironment.detect(), comm)
+        return start_rank()
     except LauncherMismatch as err:
         raise EnvironmentProblem(str(err)) from None
-    install_abort_hook()  # an exception on one rank ends the job instead of hanging it
-    return comm, env
 
 
-def _gpu_communicators(comm, env, names: list[str] | None) -> list[str]:
+def _gpu_communicators(rank, names: list[str] | None) -> list[str]:
     """The GPU communicators to run, after making this rank's GPU current."""
     from mpi4py import MPI
-
-    from chainermn_rt.communicators import nccl_gpu_available
-    from chainermn_rt.devices import choose_device
 
     wanted = allreduce.GPU_COMMUNICATORS if names is None else \
         [n for n in names if n in allreduce.GPU_COMMUNICATORS]
     if not wanted:
         return []
     try:
-        gpu = choose_device(env.local_rank, env.local_size) if nccl_gpu_available() else None
+        gpu = rank.gpu()
     except UserError:
         if names is not None:
             raise  # asked for explicitly: say why it cannot run
         gpu = None
-    if not comm.allreduce(gpu is not None, op=MPI.LAND):
+    if not rank.mpi_comm.allreduce(gpu is not None, op=MPI.LAND):
         if names is not None:
             raise UserError("--communicators: pure_nccl needs a GPU on every rank; allowed "
                             "here: mpi, naive, chunked")
@@ -193,8 +216,9 @@ def _allreduce(args) -> int:
     from chainermn_rt.benchmarks import allreduce_report as report
     from chainermn_rt.benchmarks.world import node_count
 
-    comm, env = _world()
-    gpu_names = _gpu_communicators(comm, env, names)
+    rank = _start()
+    comm = rank.mpi_comm
+    gpu_names = _gpu_communicators(rank, names)
     if names is None:
         names = [n for n in allreduce.COMMUNICATORS
                  if n not in allreduce.GPU_COMMUNICATORS or n in gpu_names]
@@ -233,11 +257,7 @@ def _allreduce(args) -> int:
 
 
 def _train(args) -> int:
-    for flag, low in (("--batchsize", 1), ("--iterations", 1), ("--warmup", 0)):
-        _at_least(args, flag, low)
-    if args.model == "resnet50":
-        _at_least(args, "--insize", RESNET_MIN_INSIZE)
-    _output_file(args.output, "--output", (".json",))
+    _check_train(args)
     import numpy
 
     import chainermn_rt

@@ -23,29 +23,28 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from chainermn_rt.commands.render import add_site_arguments
+from chainermn_rt.arguments import integer, output_file, seconds
 from chainermn_rt.errors import UserError
+from chainermn_rt.request_arguments import add_site_arguments
 
 IMAGE_HELP = ("without --site: also compare with the image's /opt/chainermn_rt/VERSIONS; with "
               "--site: the job's container image (overrides container.image)")
 
 
 class _Options:
-    """``add_site_arguments`` for doctor: nothing required (without --site the local check
-    runs), and ``--image`` also a flag (the local check's)."""
+    """``add_site_arguments`` for doctor: ``--image`` is also a flag (the local check's)."""
 
     def __init__(self, parser: argparse.ArgumentParser):
         self._parser = parser
 
     def add_argument(self, *names, **kwargs):
-        kwargs.pop("required", None)
         if "--image" in names:
             kwargs.update(nargs="?", const=True, metavar="IMAGE", help=IMAGE_HELP)
         return self._parser.add_argument(*names, **kwargs)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_site_arguments(_Options(parser))
+    add_site_arguments(_Options(parser), required=False)  # without --site: the local check
     a = parser.add_argument
     a("--json", action="store_true", help="print the checks as JSON")
     a("--out", type=Path, help="with --site: the job's folder (new or empty) for its script, "
@@ -53,10 +52,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--exclude-bad", type=Path, metavar="FILE",
       help="with --site: write the nodes that failed a check there, a Slurm node list for "
            "--exclude (empty when none failed)")
-    a("--bandwidth-bytes", type=int, metavar="N",
+    a("--bandwidth-bytes", type=integer(0), metavar="N",
       help="with --site: allreduce size of the bandwidth probe; default: 64 MiB when the "
            "profile gives [checks] allreduce_busbw_gbps, else none")
-    a("--wait-timeout", type=float, metavar="SECONDS",
+    a("--wait-timeout", type=seconds(), metavar="SECONDS",
       help="with --site: give up waiting after this long (exit 1; the job goes on)")
 
 
@@ -76,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace) -> int:
-    from chainermn_rt import doctor
+    from chainermn_rt.doctor import stack
+    from chainermn_rt.doctor.check import FAIL, format_line
 
     for dest, flag in SITE_ONLY.items():
         if getattr(args, dest) not in (None, []):
@@ -84,44 +84,38 @@ def _local(args: argparse.Namespace) -> int:
     if isinstance(args.image, str):
         raise UserError(f"--image: {args.image!r} names a container image, used with --site; "
                         "allowed: --image alone (compare with the image's VERSIONS)")
-    checks = doctor.run_checks(image=bool(args.image))
+    checks = stack.run_checks(image=bool(args.image))
     if args.json:
-        print(json.dumps(doctor.as_json(checks), indent=2))
+        print(json.dumps(stack.as_json(checks), indent=2))
     else:
         for check in checks:
-            print(doctor.format_line(check))
-    return 1 if any(c.status == doctor.FAIL for c in checks) else 0
+            print(format_line(check))
+    return 1 if any(c.status == FAIL for c in checks) else 0
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from chainermn_rt.cluster_doctor import job
-    from chainermn_rt.cluster_doctor.checks import FAIL
-    from chainermn_rt.cluster_doctor.table import exclude_text, format_table
-    from chainermn_rt.commands.render import request_from
+    from chainermn_rt.doctor import job
+    from chainermn_rt.doctor.check import FAIL
+    from chainermn_rt.doctor.table import exclude_text, format_table
     from chainermn_rt.files import write_atomically
-    from chainermn_rt.sandbox import slurm_for
-    from chainermn_rt.site import load_site, resolve_site
+    from chainermn_rt.request_arguments import request_from, site_from
+    from chainermn_rt.submission import Cluster
 
     if args.nodes is None:
         raise UserError("--nodes: missing; allowed: the number of nodes to check")
     if args.image is True:
         raise UserError("--image: with --site it names the job's container image; allowed: "
                         "--image IMAGE")
-    exclude = args.exclude_bad.absolute() if args.exclude_bad else None
-    if exclude is not None and not exclude.parent.is_dir():
-        raise UserError(f"--exclude-bad: {exclude.parent} is not a folder; allowed: a file in "
-                        "an existing folder")
-    site = load_site(resolve_site(args.site), "--site")
-    request = request_from(args, command=("true",))
-    job.doctor_plan(site, request, Path.cwd(), args.bandwidth_bytes)  # refused: no folder made
-    slurm = slurm_for(site)  # Slurm out of reach: no folder made either
-    out = job.new_folder(args.out)
-    plan = job.doctor_plan(site, request, out, args.bandwidth_bytes)
-    job_id = job.submit(slurm, plan, out)
+    exclude = output_file(args.exclude_bad, "--exclude-bad")
+    out = job.folder_for(args.out)
+    site = site_from(args)
+    plan = job.doctor_plan(site, request_from(args), out, args.bandwidth_bytes)
+    cluster = Cluster.of(site)  # Slurm out of reach: nothing made yet
+    job_id = cluster.submit(plan, job.make_folder(out) / job.SCRIPT)
     if not args.json:
         print(f"submitted doctor job {job_id}: {plan.nodes} node(s) x {plan.tasks_per_node} "
               f"rank(s), folder {out}", flush=True)
-    final = slurm.wait(job_id, timeout=args.wait_timeout)
+    final = cluster.wait(job_id, timeout=args.wait_timeout)
     checks = job.collect(out, job.expected(site, plan), final, job_id)
     if exclude is not None:
         text = exclude_text(checks)

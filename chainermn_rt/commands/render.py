@@ -4,102 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from chainermn_rt.errors import UserError
-from chainermn_rt.files import write_atomically
-from chainermn_rt.plan import LOG_PATTERN, Request, make_plan
+from chainermn_rt.arguments import output_file
+from chainermn_rt.plan import make_plan
 from chainermn_rt.render import render
-from chainermn_rt.site import Site, load_site, resolve_site
-
-
-def add_site_arguments(parser: argparse.ArgumentParser, nodes: bool = True) -> None:
-    """Where and with what a job runs: shared by ``render``, ``submit``, ``doctor``, ``scaling``."""
-    a = parser.add_argument
-    a("--site", required=True, help="a site profile (.toml) or a shipped one's name (sandbox, ...)")
-    if nodes:
-        a("--nodes", type=int, required=True, help="number of nodes")
-    a("--gpus-per-node", type=int, help="GPUs (= ranks) per node; default: all of the partition's")
-    a("--ranks-per-node", type=int, help="ranks per node on CPU partitions; default: all slots")
-    a("--partition", help="default: the profile's default partition")
-    a("--time", help="time limit (Slurm format); default: the partition's limit")
-    a("--image", help="container image (overrides container.image)")
-    a("--runtime", help="container runtime (overrides container.runtime)")
-    a("--launcher", help="srun or mpirun (overrides the profile)")
-    a("--account")
-    a("--qos")
-    a("--mem", help="memory per node (Slurm format)")
-    a("--python", help="interpreter on the compute nodes for the per-rank step")
-    a("--env", action="append", default=[], metavar="KEY=VALUE",
-      help="extra environment for every rank (repeatable; overrides the profile)")
-
-
-def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    """The whole job request of ``render`` and ``submit``."""
-    add_site_arguments(parser)
-    a = parser.add_argument
-    a("--job-name", default="chainermn", help="default: %(default)s")
-    a("--log", default=LOG_PATTERN, help="the job's log file pattern; default: %(default)s")
-    a("--per-rank-logs", action="store_true", help="each rank writes %%x-%%j.rank<N>.out")
-    a("--output", "-o", type=Path, help="write the script here (default: print it)")
-    a("--dry-run", action="store_true", help="print what would be written; write nothing")
-    a("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+from chainermn_rt.request_arguments import add_request_arguments, request_from, site_from
+from chainermn_rt.submission import write_script
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_request_arguments(parser)
 
 
-def _env_pairs(items: list[str]) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--env: {item!r}; allowed: KEY=VALUE")
-        pairs.append((key, value))
-    return tuple(pairs)
-
-
-def request_from(args: argparse.Namespace, **fields) -> Request:
-    """The Request of the parsed arguments; ``fields`` (e.g. ``nodes``, ``command``) replace
-    or add to them."""
-    values = dict(
-        gpus_per_node=args.gpus_per_node, ranks_per_node=args.ranks_per_node,
-        partition=args.partition, time=args.time, image=args.image, runtime=args.runtime,
-        launcher=args.launcher, account=args.account, qos=args.qos, memory=args.mem,
-        python=args.python, env=_env_pairs(args.env))
-    if hasattr(args, "nodes"):
-        values["nodes"] = args.nodes
-    if hasattr(args, "job_name"):  # render's and submit's own arguments
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        values.update(command=tuple(command), job_name=args.job_name,
-                      per_rank_logs=args.per_rank_logs, log=args.log)
-    values.update(fields)
-    return Request(**values)
-
-
-def script_from(args: argparse.Namespace) -> tuple[Site, str]:
-    """The site profile and the rendered script."""
-    site = load_site(resolve_site(args.site), "--site")
-    return site, render(make_plan(site, request_from(args)))
-
-
-def write_script(text: str, path: Path) -> None:
-    """Write atomically (never half-written), executable."""
-    path = path.resolve()
-    if not path.parent.is_dir():
-        raise UserError(f"--output: {path.parent} is not a directory; allowed: a path in an "
-                        "existing directory")
-    write_atomically(path, lambda f: f.write(text), mode=0o755)
-
-
 def run(args: argparse.Namespace) -> int:
-    _, text = script_from(args)
+    output_file(args.output, "--output")
+    plan = make_plan(site_from(args), request_from(args))
     if args.output is None or args.dry_run:
-        sys.stdout.write(text)
+        sys.stdout.write(render(plan))
         if args.output is not None:
             print(f"# dry run: would write {args.output}", file=sys.stderr)
         return 0
-    write_script(text, args.output)
+    write_script(plan, args.output)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

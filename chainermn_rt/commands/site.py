@@ -23,9 +23,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.live:
         return 0
     from chainermn_rt.live import compare
-    from chainermn_rt.sandbox import slurm_for
+    from chainermn_rt.submission import Cluster
 
-    differences = compare(site, slurm_for(site))
+    differences = compare(site, Cluster.of(site).slurm)
     for line in differences:
         print(f"differs: {line}")
     print("live: matches the cluster" if not differences

@@ -17,6 +17,7 @@ CPU_COMMUNICATOR = "chunked"
 GPU_COMMUNICATOR = "pure_nccl"
 CHAINERMN_NAMES = ("pure_nccl", "flat", "non_cuda_aware", "naive", "dummy")
 NAMES = ("auto", CPU_COMMUNICATOR, *CHAINERMN_NAMES)
+GPU_ONLY = ("pure_nccl", "flat", "non_cuda_aware")  # they average CuPy arrays
 CPU_OPTIONS = ("chunk_bytes", "shared_memory")  # ChunkedCommunicator's keyword arguments
 
 

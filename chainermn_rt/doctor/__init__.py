@@ -1,10 +1,12 @@
-"""``chainermn-rt doctor --site``: check a cluster with a real job (docs/doctor.md).
+"""``chainermn-rt doctor``: is the stack right, here or in an image, and is a cluster right,
+checked by a real job (docs/doctor.md).
 
-- ``facts.py``: what one rank can tell about itself (host, ranks, GPU, CPUs, NUMA, versions);
-- ``probe.py``: the program each rank of a doctor job runs: facts, MPI's view, an allreduce with
-  a known answer, a bandwidth probe; writes the reports;
+- ``check.py``: the ``Check`` every check returns and its statuses (PASS, FAIL, n/a);
+- ``stack.py``: MPI, UCX, PMIx, NCCL, CuPy, cuDNN, mpi4py and the pins of this machine or image;
+- ``facts.py``: what one rank of a doctor job can tell about itself (host, GPU, CPUs, versions);
+- ``probe.py``: the program each rank of a doctor job runs; writes the reports;
 - ``reports.py``: the job folder's files;
-- ``checks.py``: pure cross-rank checks over the reports;
+- ``cluster.py``: pure cross-rank checks over the reports;
 - ``table.py``: the printed table and the ``--exclude-bad`` node list;
-- ``job.py``: request -> script -> submit -> wait -> collect.
+- ``job.py``: the doctor job's Plan and its verdict.
 """

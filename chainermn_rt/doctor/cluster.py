@@ -1,8 +1,8 @@
 """Cross-rank checks: pure functions over the rank reports of a doctor job (probe.py).
 
-Each returns a :class:`Check`: PASS, FAIL or n/a (does not apply here; never a failure), one
-line of reason, one line of hint, and the nodes at fault (for ``--exclude-bad``; checks of the
-job as a whole, such as a launcher/MPI mismatch, name none). docs/doctor.md explains each.
+Each returns a :class:`~chainermn_rt.doctor.check.Check` (PASS, FAIL or n/a, reason, hint and
+the nodes at fault: checks of the job as a whole, such as a launcher/MPI mismatch, name none).
+docs/doctor.md explains each.
 
 >>> r = {"node": "n1", "launcher": {"rank": 0}, "env": {"NCCL_IB_HCA": "=mlx5_0:1"}}
 >>> nccl_ib_hca([r, dict(r, launcher={"rank": 1}, env={"NCCL_IB_HCA": "=mlx5_1:1"})]).reason
@@ -16,19 +16,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-PASS, FAIL, NA = "PASS", "FAIL", "n/a"
+from chainermn_rt.doctor.check import FAIL, NA, PASS, Check
+
 # The bandwidth check fails below this share of the profile's allreduce_busbw_gbps.
 BANDWIDTH_FACTOR = 0.5
 VERSIONED = ("python", "chainer", "chainermn", "cupy", "numpy", "mpi4py", "nccl")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    reason: str
-    hint: str = ""
-    nodes: tuple[str, ...] = ()  # the nodes at fault
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ def cuda_aware() -> dict:
     query = getattr(ctypes.CDLL(None), "MPIX_Query_cuda_support", None)
     if query is not None:
         return {"value": bool(query()), "source": "MPIX_Query_cuda_support"}
-    from chainermn_rt.doctor import ompi_params
+    from chainermn_rt.doctor.stack import ompi_params
 
     _, params = ompi_params()
     value = params.get(CUDA_FLAG)

@@ -1,31 +1,32 @@
 """A doctor job from request to verdict.
 
-The job is planned and rendered like any training job (plan.py, render.py: same binding, same
-launcher, same container); only its command is the probe (probe.py). Submitted, waited for,
-then its folder's reports (reports.py) go through the checks (checks.py)::
+The job is planned like any training job (plan.py: same binding, same launcher, same
+container); only its program is the probe (``python -m chainermn_rt.doctor.probe``, with the
+interpreter the Plan chooses). :class:`chainermn_rt.submission.Cluster` submits it and waits;
+then its folder's reports (reports.py) go through the checks (cluster.py)::
 
     out = new_folder(None)
     plan = doctor_plan(site, request, out)
-    job = submit(slurm, plan, out)
-    checks = collect(out, expected(site, plan), slurm.wait(job), job)
+    job = Cluster.of(site).submit(plan, out / SCRIPT)
+    checks = collect(out, expected(site, plan), Cluster.of(site).wait(job), job)
 """
 
 from __future__ import annotations
 
-import tempfile
+import secrets
 from dataclasses import replace
 from pathlib import Path
 
-from chainermn_rt.cluster_doctor.checks import FAIL, PASS, Check, Expected, run_checks
-from chainermn_rt.cluster_doctor.reports import load_reports
+from chainermn_rt.arguments import folder
+from chainermn_rt.doctor.check import FAIL, PASS, Check
+from chainermn_rt.doctor.cluster import Expected, run_checks
+from chainermn_rt.doctor.reports import load_reports
 from chainermn_rt.errors import UserError
-from chainermn_rt.files import write_atomically
-from chainermn_rt.jobs import FinalState, Slurm
 from chainermn_rt.plan import Plan, Request, make_plan
-from chainermn_rt.render import render
 from chainermn_rt.site import Site, parse_time
+from chainermn_rt.slurm_client import FinalState
 
-PROBE = "chainermn_rt.cluster_doctor.probe"
+PROBE = "chainermn_rt.doctor.probe"
 JOB_NAME = "chainermn-doctor"
 SCRIPT = "doctor.sh"
 LOG = "doctor-%j.out"
@@ -33,14 +34,21 @@ DEFAULT_TIME = "00:10:00"  # unless --time; the partition's limit where that is 
 DEFAULT_BANDWIDTH_BYTES = 64 << 20  # when the profile expects a bandwidth
 
 
-def new_folder(out: Path | None) -> Path:
-    """The job's folder: ``out`` (new or empty), else a new ``doctor-XXXXXXXX`` here."""
+def folder_for(out: Path | None) -> Path:
+    """The job's folder, not made yet: ``out`` (new or empty), else a new
+    ``doctor-XXXXXXXX`` here."""
     if out is None:
-        return Path(tempfile.mkdtemp(prefix="doctor-", dir=Path.cwd()))
-    out = out.absolute()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        while (found := Path.cwd() / f"doctor-{secrets.token_hex(4)}").exists():
+            pass
+        return found
+    out = folder(out, "--out")
+    if out.exists() and any(out.iterdir()):
         raise UserError(f"--out: {out} is not an empty folder; allowed: a new or empty folder "
                         "(the reports of one run)")
+    return out
+
+
+def make_folder(out: Path) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -51,7 +59,7 @@ def new_folder(out: Path | None) -> Path:
 
 def doctor_plan(site: Site, request: Request, out: Path,
                 bandwidth_bytes: int | None = None) -> Plan:
-    """The Plan of ``request`` with the probe as its command, its log in ``out``.
+    """The Plan of ``request`` with the probe as its program, its log in ``out``.
     ``bandwidth_bytes`` None: measure 64 MiB when the profile expects a bandwidth."""
     if bandwidth_bytes is None:
         bandwidth_bytes = DEFAULT_BANDWIDTH_BYTES if site.allreduce_busbw_gbps else 0
@@ -61,20 +69,11 @@ def doctor_plan(site: Site, request: Request, out: Path,
     part = site.partition(request.partition)
     time = request.time or (DEFAULT_TIME if parse_time(DEFAULT_TIME, "time") <= part.max_time_s
                             else None)
-    request = replace(request, time=time, job_name=JOB_NAME, log=str(out / LOG),
-                      per_rank_logs=False, command=("true",))
-    python = make_plan(site, request).rank_step[0]  # the interpreter the Plan chose
-    command = (python, "-m", PROBE, "--out", str(out))
+    arguments = ("--out", str(out))
     if bandwidth_bytes:
-        command += ("--bandwidth-bytes", str(bandwidth_bytes))
-    return make_plan(site, replace(request, command=command))
-
-
-def submit(slurm: Slurm, plan: Plan, out: Path) -> str:
-    """Write ``out/doctor.sh`` and submit it from ``out``; the job id."""
-    script, text = out / SCRIPT, render(plan)
-    write_atomically(script, lambda f: f.write(text))
-    return slurm.submit(script, cwd=out)
+        arguments += ("--bandwidth-bytes", str(bandwidth_bytes))
+    return make_plan(site, replace(request, time=time, job_name=JOB_NAME, log=str(out / LOG),
+                                   per_rank_logs=False, module=PROBE, command=arguments))
 
 
 def expected(site: Site, plan: Plan) -> Expected:

@@ -1,4 +1,4 @@
-"""The doctor job's program on each rank: ``python -m chainermn_rt.cluster_doctor.probe --out D``.
+"""The doctor job's program on each rank: ``python -m chainermn_rt.doctor.probe --out D``.
 
 It runs after ``chainermn-rt rank`` bound the rank, like any training program, and
 
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from chainermn_rt.cluster_doctor import facts, reports
+from chainermn_rt.doctor import facts, reports
 
 ELEMENTS = 1 << 18  # 2 MiB of float64: past the eager limits of the usual transports
 PEER_WAIT_S = 120  # the longest wait for the other ranks' files before MPI starts
@@ -105,7 +105,7 @@ def mpi_facts(comm) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="chainermn_rt.cluster_doctor.probe",
+    parser = argparse.ArgumentParser(prog="chainermn_rt.doctor.probe",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="the doctor job's folder")
     parser.add_argument("--bandwidth-bytes", type=int, default=0,

@@ -1,15 +1,14 @@
 """Checks that the MPI / UCX / NCCL / mpi4py / chainer stack here is the one it should be.
 
-Each check returns a ``Check`` whose status is ``ok``, ``FAIL`` or ``n/a`` (does not
-apply to this flavour, e.g. CUDA in the cpu image: never counted as passed).
-``image=True`` also compares with the image's VERSIONS file (containers/versions.toml
-and pyproject.toml at build time).
+Each check returns a :class:`~chainermn_rt.doctor.check.Check`: PASS, FAIL or n/a (does not
+apply to this flavour, e.g. CUDA in the cpu image). ``image=True`` also compares with the
+image's VERSIONS file (containers/versions.toml and pyproject.toml at build time).
 
 Example::
 
     >>> checks = run_checks(image=False)          # doctest: +SKIP
     >>> print(format_line(checks[0]))             # doctest: +SKIP
-    ok    flavor         cpu (no CuPy importable here)
+    PASS  flavor         cpu (no CuPy importable here)
 """
 
 from __future__ import annotations
@@ -23,24 +22,12 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from chainermn_rt.doctor.check import FAIL, NA, PASS, Check
+
 VERSIONS_FILE = Path(os.environ.get("CHAINERMN_RT_VERSIONS", "/opt/chainermn_rt/VERSIONS"))
-OK, FAIL, NA = "ok", "FAIL", "n/a"
-
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    reason: str
-
-
-def format_line(check: Check) -> str:
-    return f"{check.status:<5} {check.name:<14} {check.reason}"
-
-
 def _tool(argv: list[str]) -> tuple[int, str]:
     """(exit status, stdout+stderr) of a tool; 127 when it is not installed."""
     if shutil.which(argv[0]) is None:
@@ -75,12 +62,12 @@ def flavor_check(image: bool, versions: dict | None) -> Check:
             return Check("flavor", FAIL, f"{VERSIONS_FILE} missing: not a chainermn-rt image")
         if "error" in versions:
             return Check("flavor", FAIL, versions["error"])
-        return Check("flavor", OK, f"{versions.get('flavor')} (from {VERSIONS_FILE})")
+        return Check("flavor", PASS, f"{versions.get('flavor')} (from {VERSIONS_FILE})")
     try:
         importlib.import_module("cupy")
-        return Check("flavor", OK, "gpu (CuPy importable)")
+        return Check("flavor", PASS, "gpu (CuPy importable)")
     except ImportError:
-        return Check("flavor", OK, "cpu (no CuPy importable here)")
+        return Check("flavor", PASS, "cpu (no CuPy importable here)")
 
 
 def ompi_params() -> tuple[Check, dict[str, str]]:
@@ -92,7 +79,7 @@ def ompi_params() -> tuple[Check, dict[str, str]]:
         key, _, value = line.rpartition(":")
         params[key] = value
     version = params.get("ompi:version:full", "?")
-    return Check("mpi", OK, f"Open MPI {version} ({shutil.which('ompi_info')})"), params
+    return Check("mpi", PASS, f"Open MPI {version} ({shutil.which('ompi_info')})"), params
 
 
 def cuda_mpi_check(flavor: str, params: dict[str, str]) -> Check:
@@ -100,7 +87,7 @@ def cuda_mpi_check(flavor: str, params: dict[str, str]) -> Check:
     if not _gpu(flavor):
         return Check("mpi-cuda", NA, f"cpu flavour (mpi_built_with_cuda_support={value})")
     if value == "true":
-        return Check("mpi-cuda", OK, "mpi_built_with_cuda_support=true")
+        return Check("mpi-cuda", PASS, "mpi_built_with_cuda_support=true")
     return Check("mpi-cuda", FAIL,
                  f"mpi_built_with_cuda_support={value}: Open MPI is not CUDA-aware")
 
@@ -123,7 +110,7 @@ def ucx_check(flavor: str) -> Check:
         if not ib and "ib" in modules:
             ib = ["ib (built; no HCA here)"]
     if cuda and ib:
-        return Check("ucx", OK, f"transports cuda: {', '.join(cuda)}; ib: {', '.join(ib)}")
+        return Check("ucx", PASS, f"transports cuda: {', '.join(cuda)}; ib: {', '.join(ib)}")
     return Check("ucx", FAIL, f"ucx_info -d lists {sorted(transports)}: needs cuda and ib")
 
 
@@ -197,7 +184,7 @@ def _library_check(name: str, flavor: str, soname: str | tuple[str, ...], functi
         return Check(name, FAIL, f"{' or '.join(sonames)} does not load: {where}")
     if want is not None and have != ".".join(want.split(".")[:3]):
         return Check(name, FAIL, f"{where} is {have} (want {want})")
-    return Check(name, OK, f"{name.upper() if name == 'nccl' else 'cuDNN'} {have} "
+    return Check(name, PASS, f"{name.upper() if name == 'nccl' else 'cuDNN'} {have} "
                            f"(read from {where})")
 
 
@@ -230,7 +217,7 @@ def cudnn_check(flavor: str, versions: dict | None = None) -> Check:
                                    _cudnn_decode)
     if have is None:
         return Check("cudnn", NA, note)
-    return Check("cudnn", OK, f"cuDNN {have} (read from {where}); {note}")
+    return Check("cudnn", PASS, f"cuDNN {have} (read from {where}); {note}")
 
 
 def cupy_check(flavor: str) -> Check:
@@ -241,7 +228,7 @@ def cupy_check(flavor: str) -> Check:
     except Exception as err:  # noqa: BLE001 - any failure to import is the finding
         return Check("cupy", FAIL, f"import cupy: {err}")
     runtime = _cuda_runtime()
-    return Check("cupy", OK, f"CuPy {cupy.__version__}, CUDA runtime {runtime} (no GPU needed)")
+    return Check("cupy", PASS, f"CuPy {cupy.__version__}, CUDA runtime {runtime} (no GPU needed)")
 
 
 def pmix_check(params: dict[str, str], versions: dict | None = None) -> Check:
@@ -257,7 +244,7 @@ def pmix_check(params: dict[str, str], versions: dict | None = None) -> Check:
     if want is not None and have != want:
         return Check("pmix", FAIL, f"PMIx {have} (want {want}), Open MPI component "
                                    f"{', '.join(external)}")
-    return Check("pmix", OK, f"PMIx {have}, Open MPI component {', '.join(external)}")
+    return Check("pmix", PASS, f"PMIx {have}, Open MPI component {', '.join(external)}")
 
 
 def _loaded_libmpi() -> str | None:
@@ -293,7 +280,7 @@ def mpi4py_check() -> Check:
         return Check("mpi4py", FAIL, f"{reason}, not the libmpi of ompi_info ({ours})")
     if "Open MPI" not in MPI.Get_library_version():
         return Check("mpi4py", FAIL, f"{reason}: not Open MPI")
-    return Check("mpi4py", OK, reason)
+    return Check("mpi4py", PASS, reason)
 
 
 def imports_check() -> Check:
@@ -304,7 +291,7 @@ def imports_check() -> Check:
         import chainermn_rt  # noqa: F401
     except Exception as err:  # noqa: BLE001
         return Check("imports", FAIL, f"import chainer, chainermn, chainermn_rt: {err}")
-    return Check("imports", OK, f"chainer {chainer.__version__}, chainermn, chainermn_rt")
+    return Check("imports", PASS, f"chainer {chainer.__version__}, chainermn, chainermn_rt")
 
 
 def _expected_python() -> dict[str, str]:
@@ -357,7 +344,7 @@ def versions_check(image: bool, versions: dict | None, params: dict[str, str]) -
     if wrong:
         return Check("versions", FAIL, "; ".join(wrong))
     what = "VERSIONS and pyproject pins" if image else "pyproject pins"
-    return Check("versions", OK, f"{len(expected) + len(system)} versions match the {what}")
+    return Check("versions", PASS, f"{len(expected) + len(system)} versions match the {what}")
 
 
 def run_checks(image: bool) -> list[Check]:

@@ -1,6 +1,6 @@
 """What ``chainermn-rt doctor --site`` prints and writes: the table of checks, the exclude list.
 
->>> from chainermn_rt.cluster_doctor.checks import Check
+>>> from chainermn_rt.doctor.check import Check
 >>> print(format_table([Check("versions", "PASS", "the same on every rank"),
 ...                     Check("gpu-per-rank", "FAIL", "node2: ranks 2, 3 all use GPU 0",
 ...                           "one rank per GPU", ("node2",))]), end="")
@@ -14,7 +14,8 @@ gpu-per-rank  FAIL    node2: ranks 2, 3 all use GPU 0
 
 from __future__ import annotations
 
-from chainermn_rt.cluster_doctor.checks import FAIL, Check, failed_nodes
+from chainermn_rt.doctor.check import FAIL, Check
+from chainermn_rt.doctor.cluster import failed_nodes
 
 
 def format_table(checks: list[Check]) -> str:

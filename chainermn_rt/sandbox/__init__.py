@@ -7,21 +7,12 @@
 >>> sb.slurm.wait(job)                               # doctest: +SKIP
 FinalState(state='COMPLETED', exit_code=0)
 
-See docs/sandbox.md.
+Commands reach it through :class:`chainermn_rt.submission.Cluster` for a profile with a
+``[sandbox]`` table. See docs/sandbox.md.
 """
 
-from chainermn_rt.jobs import Slurm
 from chainermn_rt.sandbox.cluster import Sandbox, SandboxError
 from chainermn_rt.sandbox.settings import sandbox_settings
 from chainermn_rt.sandbox.status import Status
-from chainermn_rt.site import Site
 
-__all__ = ["Sandbox", "SandboxError", "Status", "slurm_for"]
-
-
-def slurm_for(site: Site) -> Slurm:
-    """Slurm as this shell reaches it; for a profile with a ``[sandbox]`` table, that sandbox,
-    from any folder (SandboxError when it is not up)."""
-    if site.sandbox is None:
-        return Slurm()
-    return Sandbox(site, sandbox_settings(site)).client()
+__all__ = ["Sandbox", "SandboxError", "Status", "sandbox_settings"]

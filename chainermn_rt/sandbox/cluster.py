@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError
-from chainermn_rt.jobs import FinalState, Slurm
 from chainermn_rt.sandbox import daemons, netns, processes
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
 from chainermn_rt.sandbox.settings import SandboxSettings, sandbox_settings
 from chainermn_rt.sandbox.status import Status, leftovers, status
 from chainermn_rt.site import Site, load_site, resolve_site
+from chainermn_rt.slurm_client import FinalState, Slurm
 
 RECORD = "sandbox.json"
 MADE_HERE = ".sandbox"  # marks a state folder `up` made, the only kind it wipes

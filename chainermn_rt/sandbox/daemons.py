@@ -11,9 +11,9 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from chainermn_rt.jobs import Slurm
 from chainermn_rt.sandbox import netns, processes
 from chainermn_rt.sandbox.settings import SandboxSettings
+from chainermn_rt.slurm_client import Slurm
 
 MARKER_VAR = "CHAINERMN_RT_SANDBOX_DAEMON"  # in the daemons' environment: finds their leftovers
 START_TIMEOUT = 60.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from chainermn_rt.jobs import FinalState, final_state
+from chainermn_rt.slurm_client import FinalState, final_state
 
 _SPLIT = re.compile(r" (?=[A-Za-z]+=)")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chainermn_rt.jobs import Slurm
 from chainermn_rt.sandbox import daemons, netns, processes
 from chainermn_rt.sandbox.settings import SandboxSettings
+from chainermn_rt.slurm_client import Slurm
 
 BUSY_OR_IDLE = ("idle", "mixed", "allocated", "completing")
 

@@ -9,20 +9,18 @@ Settings(stall_timeout=600.0, action='abort', start_timeout=600.0, silent_timeou
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from chainermn_rt.errors import UserError
 from chainermn_rt.rank_contract import (
     SILENT_TIMEOUT_VAR,
     STALL_ACTION_VAR,
     STALL_TIMEOUT_VAR,
     START_TIMEOUT_VAR,
+    setting,
 )
 
-ACTIONS = ("abort", "warn")
 DEFAULT_SECONDS = 600.0
 
 
@@ -35,26 +33,9 @@ class Settings:
     #                              stall_timeout (a silent rank is dead, wedged or lost)
 
 
-def _seconds(environ: Mapping[str, str], name: str, default: float = DEFAULT_SECONDS) -> float:
-    text = environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value == 0 or 1 <= value <= 86400 * 7):
-        raise UserError(f"environment variable {name}={text!r}; allowed: seconds, 1-604800, "
-                        "or 0 (off)")
-    return value
-
-
 def read(environ: Mapping[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
-    action = environ.get(STALL_ACTION_VAR, "").strip() or "abort"
-    if action not in ACTIONS:
-        raise UserError(f"environment variable {STALL_ACTION_VAR}={action!r}; allowed: "
-                        + " or ".join(ACTIONS))
-    return Settings(_seconds(environ, STALL_TIMEOUT_VAR), action,
-                    _seconds(environ, START_TIMEOUT_VAR),
-                    _seconds(environ, SILENT_TIMEOUT_VAR, 30.0))
+    return Settings(setting(environ, STALL_TIMEOUT_VAR, DEFAULT_SECONDS),
+                    setting(environ, STALL_ACTION_VAR, "abort"),
+                    setting(environ, START_TIMEOUT_VAR, DEFAULT_SECONDS),
+                    setting(environ, SILENT_TIMEOUT_VAR, 30.0))

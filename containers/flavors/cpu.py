@@ -10,7 +10,7 @@ Example::
 from __future__ import annotations
 
 from containers import compose
-from containers.blocks import chainermn_rt, debian_source, mpi4py, openmpi, pmix, python_venv
+from containers.blocks import bundle, debian_source, mpi4py, openmpi, pmix, python_venv
 from containers.recipe import Recipe
 from containers.versions import pip_pin, python_pins
 
@@ -28,7 +28,7 @@ def recipe(v: dict) -> Recipe:
     prefix = v["image"]["prefix"]
     blocks = [python_venv.block(prefix, pip_pin()), openmpi.binary(), pmix.debian(),
               mpi4py.block(python_pins()["mpi4py"], openmpi.DEBIAN_MPICC),
-              chainermn_rt.block(f"{prefix}/src")]
+              bundle.block(f"{prefix}/src")]
     base = v["debian"]["base"]
     return Recipe("cpu", [
         compose.build_stage(base, blocks,

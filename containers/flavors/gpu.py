@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from containers import compose
 from containers.blocks import (
-    chainermn_rt,
+    bundle,
     cuda,
     cupy,
     debian_source,
@@ -51,7 +51,7 @@ def recipe(v: dict) -> Recipe:
               openmpi.debian(d["openmpi"]),
               mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
               cupy.block(wheel_pins, f"{prefix}/venv"),
-              chainermn_rt.block(f"{prefix}/src", EXTRAS)]
+              bundle.block(f"{prefix}/src", EXTRAS)]
     base = d["base"]
     return Recipe("gpu", [
         compose.build_stage(base, blocks, comment=(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from containers import compose
 from containers.blocks import (
-    chainermn_rt,
+    bundle,
     cupy,
     gdrcopy,
     mpi4py,
@@ -46,7 +46,7 @@ def recipe(v: dict) -> Recipe:
               openmpi.upstream(v["openmpi"]),
               mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
               cupy.block(wheel_pins, f"{prefix}/venv"),
-              chainermn_rt.block(f"{prefix}/src", EXTRAS)]
+              bundle.block(f"{prefix}/src", EXTRAS)]
     return Recipe("gpu-upstream", [
         compose.build_stage(v["cuda"]["devel"], blocks, comment=(
             "compilers, Python, rdma-core (verbs, rdmacm) and PMIx's dependencies")),

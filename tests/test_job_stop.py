@@ -1,0 +1,114 @@
+"""The batch shell's stop handling, as the Plan decides it, run without Slurm.
+
+A rendered job script runs under bash with stubs for ``srun`` (ranks that write a snapshot
+when the stop file appears, or not) and ``scontrol`` (records what it is asked); the test sends
+the site's signal as Slurm would. tests/test_resume_sandbox.py runs the same with real Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.submission import write_script
+
+SRUN = """#!/bin/sh
+# The ranks: started; on the stop file, a snapshot (STUB_SNAPSHOT=1) or none; or fail at once.
+touch "$STUB_DIR/started"
+[ -n "${STUB_EXIT:-}" ] && exit "$STUB_EXIT"
+while [ ! -e "$CHAINERMN_RT_STOP_FILE" ]; do sleep 0.05; done
+[ "${STUB_SNAPSHOT:-1}" = 1 ] && echo /out/snapshots/iter_000000120 > "$CHAINERMN_RT_STOP_FILE.done"
+exit 0
+"""
+SCONTROL = '#!/bin/sh\necho "$@" >> "$STUB_DIR/scontrol.log"\n'
+
+
+def _run(tmp_path: Path, env: dict[str, str], signal_it: bool = True,
+         **site_changes) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run the sandbox profile's script (signal USR2@60, requeue, 3 restarts) as a batch shell;
+    the exit status and stderr, and what scontrol was asked."""
+    site = replace(load_site(resolve_site("sandbox")), **site_changes)
+    script = write_script(make_plan(site, Request(nodes=1, command=("true",))),
+                          tmp_path / "job.sh")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, text in (("srun", SRUN), ("scontrol", SCONTROL)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_DIR": str(tmp_path), "SLURM_JOB_ID": "77",
+           **env}
+    # files, not pipes: the trap's delayed kill (a sleep) would hold a pipe open for wait_s
+    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
+        proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, text=True,
+                                stdout=out, stderr=err, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "started").exists():  # the trap is set before srun starts
+                assert time.monotonic() < deadline and proc.poll() is None, err.read()
+                time.sleep(0.05)
+            if signal_it:
+                proc.send_signal(signal.SIGUSR2)
+            proc.wait(timeout=60)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the trap's delayed kill, if left
+            except ProcessLookupError:
+                pass
+    log = tmp_path / "scontrol.log"
+    asked = log.read_text().splitlines() if log.exists() else []
+    return subprocess.CompletedProcess(proc.args, proc.returncode, (tmp_path / "out").read_text(),
+                                       (tmp_path / "err").read_text()), asked
+
+
+def test_a_snapshot_on_the_signal_requeues_the_job(tmp_path):
+    proc, asked = _run(tmp_path, {})
+    assert (proc.returncode, asked) == (0, ["requeue 77"]), proc.stderr
+    assert ("snapshot /out/snapshots/iter_000000120 written; requeueing job 77 (restart 1 of "
+            "at most 3)") in proc.stderr
+    assert not list(tmp_path.glob(".chainermn-rt-stop-*"))  # the files are cleared
+
+
+def test_an_array_task_requeues_only_itself(tmp_path):
+    proc, asked = _run(tmp_path, {"SLURM_ARRAY_JOB_ID": "70", "SLURM_ARRAY_TASK_ID": "4"})
+    assert (proc.returncode, asked) == (0, ["requeue 70_4"]), proc.stderr
+
+
+def test_after_max_requeues_it_stops_with_its_snapshot(tmp_path):
+    proc, asked = _run(tmp_path, {"SLURM_RESTART_COUNT": "3"})
+    assert (proc.returncode, asked) == (0, []), proc.stderr
+    assert "not requeueing (3 restart(s) allowed, 3 done)" in proc.stderr
+
+
+def test_without_requeue_in_the_profile_it_stops_with_its_snapshot(tmp_path):
+    proc, asked = _run(tmp_path, {}, requeue=False)
+    assert (proc.returncode, asked) == (0, []), proc.stderr
+    assert "not requeueing (the profile has requeue = false)" in proc.stderr
+    assert "scontrol" not in (tmp_path / "job.sh").read_text()  # decided in the Plan
+
+
+def test_ranks_that_write_no_snapshot_are_not_requeued(tmp_path):
+    proc, asked = _run(tmp_path, {"STUB_SNAPSHOT": "0"})
+    assert (proc.returncode, asked) == (0, []), proc.stderr
+    assert "the ranks wrote no snapshot" in proc.stderr
+
+
+def test_a_failing_step_without_a_signal_keeps_its_status(tmp_path):
+    proc, asked = _run(tmp_path, {"STUB_EXIT": "3"}, signal_it=False)
+    assert (proc.returncode, asked, proc.stderr) == (3, [], "")
+
+
+@pytest.mark.parametrize("changes", [{"signal": None}])
+def test_without_a_signal_the_script_has_no_stop_handling(tmp_path, changes):
+    site = replace(load_site(resolve_site("sandbox")), **changes)
+    text = write_script(make_plan(site, Request(nodes=1, command=("true",))),
+                        tmp_path / "job.sh").read_text()
+    assert "trap" not in text and "--signal" not in text and "requeue" not in text.replace(
+        "#SBATCH --requeue", "")
