@@ -48,7 +48,7 @@ def integer(low: int | None = None, high: int | None = None) -> Callable[[str], 
             raise argparse.ArgumentTypeError(f"{text!r}; allowed: an integer, {allowed}") \
                 from None
         if (low is not None and value < low) or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"{text}; allowed: {allowed}")
+            raise argparse.ArgumentTypeError(f"{value}; allowed: {allowed}")
         return value
 
     parse.__name__ = "integer"

@@ -118,7 +118,7 @@ def test_install_is_idempotent_and_the_switch_turns_it_off(hook, monkeypatch):
     assert sys.excepthook is sys.__excepthook__ and not abort_on_error.installed()
 
 
-@pytest.mark.parametrize("value", ["no", "false", "2", " 0", "off"])
+@pytest.mark.parametrize("value", ["no", "false", "2", "0 1", "off"])
 def test_a_bad_switch_value_names_the_variable(value):
     with pytest.raises(UserError) as err:
         abort_on_error.enabled({ABORT_ON_ERROR_VAR: value})
@@ -238,6 +238,18 @@ def test_a_user_error_is_one_line_and_aborts_with_status_2(hook, monkeypatch, ca
     err = capsys.readouterr().err
     assert world.aborted == [2] and hook == []  # no traceback
     assert ("chainermn-rt: error: resume: snapshot x: manifest.json: missing" in err) is shown
+
+
+@pytest.mark.mpi
+def test_a_user_error_in_a_one_rank_job_exits_2_in_one_line():
+    """A one-rank job resuming a two-rank set: nothing to abort, still bad input's status."""
+    code = ("import sys; from mpi4py import MPI; from chainermn_rt import abort_on_error; "
+            "from chainermn_rt.errors import UserError; abort_on_error.install(); "
+            "sys.stdout.write('out'); raise UserError('resume: snapshot x: world_size: written "
+            "by 2 ranks', everywhere=True)")
+    proc = _python(code, _env())
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "out", "chainermn-rt: error: resume: snapshot x: world_size: written by 2 ranks\n")
 
 
 def test_an_exception_without_mpi_is_reported_as_usual():

@@ -110,7 +110,7 @@ def test_a_launcher_without_pmi_is_found_from_the_rank_files(sandbox, tmp_path):
     support"); an MPI that starts singletons says rank 0 of 1 instead (unit-tested). Either
     way the collector has each rank's report, written before MPI started."""
     site = load_site(SITE)
-    out = job.new_folder(tmp_path / "doctor")
+    out = job.make_folder(job.folder_for(tmp_path / "doctor"))
     plan = job.doctor_plan(site, Request(nodes=2, gpus_per_node=2, command=("true",)), out)
     text = render(plan)
     assert text.count("--mpi=pmix") == 1

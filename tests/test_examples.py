@@ -3,10 +3,13 @@ decreasing loss, snapshots and --resume, and the ImageNet-style folder/list load
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import re
 import shutil
 import subprocess
+import zipfile
 
 import numpy
 import pytest
@@ -90,11 +93,43 @@ def test_mnist_snapshots_and_resumes_bit_identically(tmp_path):
                       "the file as written"], proc.stderr
     assert tree(damaged) == before and not (tmp_path / "x").exists()  # nothing written
 
+    # sha-consistent but not an npz that fits its file: refused under --resume, skipped without
+    bad = huge_array_npz()
+    newest.write_bytes(bad)
+    manifest = json.loads((newest.parent / "manifest.json").read_text())
+    manifest["files"]["rank_00001.npz"] = hashlib.sha256(bad).hexdigest()
+    (newest.parent / "manifest.json").write_text(json.dumps(manifest))
+    reason = (f"snapshot {newest.parent}: rank_00001.npz: not a valid .npz (member 'w.npy': its "
+              "header declares shape (1000000000000,) of float64, which is not the 144 bytes it "
+              "holds); allowed: an .npz file of arrays written by chainermn_rt.resumable")
+    proc = run_mpi(2, run + ["--out", str(tmp_path / "y"), "--resume", str(newest.parent)],
+                   check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "chainermn-rt: error" in line] == [
+        f"chainermn-rt: error: resume: {reason}"], proc.stderr
     proc = run_mpi(2, run + ["--out", str(damaged)])
-    assert f"chainermn-rt: warning: skipping snapshot {newest.parent}: rank_00001.npz" \
-        in proc.stderr
+    assert f"chainermn-rt: warning: skipping {reason}" in proc.stderr.splitlines(), proc.stderr
     check_run(proc.stdout, damaged, images=20 * 2 * 50)
     assert digests(proc.stdout)[0] == straight
+
+    # one rank resuming a two-rank set: nothing to abort, still bad input's status
+    proc = run_mpi(1, run + ["--out", str(tmp_path / "z"), "--resume",
+                             str(sets / "iter_000000020")], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "chainermn-rt" in line] == [
+        f"chainermn-rt: error: resume: snapshot {sets / 'iter_000000020'}: world_size: written "
+        "by 2 ranks, this job has 1; allowed: the same number of ranks"], proc.stderr
+
+
+def huge_array_npz() -> bytes:
+    """A zip holding ``w.npy`` whose header declares 10**12 float64 values in 16 bytes."""
+    header = io.BytesIO()
+    numpy.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("w.npy", header.getvalue() + bytes(16))
+    return buffer.getvalue()
 
 
 @pytest.mark.mpi

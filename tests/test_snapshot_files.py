@@ -9,10 +9,14 @@ tested with real ranks in test_examples.py and test_resume_sandbox.py)."""
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import re
 import shutil
+import warnings
+import zipfile
 from pathlib import Path
 
 import numpy
@@ -46,9 +50,10 @@ def write_set(directory: Path, iteration: int, size: int) -> Path:
     return store.publish(directory, iteration, digests)
 
 
-def tree(path: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file()}
+def tree(path: Path) -> dict[str, bytes | str]:
+    """Every file's bytes and every link's target under ``path``."""
+    return {str(p.relative_to(path)): os.readlink(p) if p.is_symlink() else p.read_bytes()
+            for p in sorted(path.rglob("*")) if p.is_symlink() or p.is_file()}
 
 
 def snapshots_cli(path: Path, capsys) -> tuple[int, str, str]:
@@ -117,16 +122,87 @@ def damage(draw):
             lambda k: k not in FIELDS), JSON),
         st.tuples(st.just("huge"), st.sampled_from(FIELDS)),
         st.tuples(st.just("digest"), st.text(max_size=70)),
+        st.tuples(st.just("deep"), st.integers(100, 200_000)),
+        st.tuples(st.just("link"), st.sampled_from(LINKS)),
     ))
     file = draw(st.one_of(
         st.just(None), st.just(("remove",)),
         st.tuples(st.just("truncate"), st.integers(0, 200)),
         st.tuples(st.just("append"), st.binary(min_size=1, max_size=32)),
         st.tuples(st.just("replace"), st.binary(max_size=300)),
+        st.tuples(st.just("link"), st.sampled_from(LINKS)),
     ))
-    if manifest is None and file is None:
-        file = ("remove",)
+    if manifest is None and (file is None or draw(st.booleans())):
+        file = ("npz", draw(npz_members()))  # the manifest's digest follows: sha-consistent
     return manifest, file
+
+
+LINKS = ("/dev/zero", "folder", "dangling", "itself")
+DESCRS = ("<f4", "<f8", "|u1", "<i8", "|O", "<U3", "|V4", "[('a', '<f4')]", "bogus")
+
+
+@st.composite
+def npz_members(draw):
+    """An .npz-like zip: members with any name, header (dtype, shape), compression and payload
+    length, or a member whose header is arbitrary bytes: (name, descr, shape, data, compress);
+    descr None for arbitrary bytes."""
+    members = []
+    for _ in range(draw(st.integers(0, 3))):
+        name = draw(st.sampled_from(["w.npy", "updater/iteration.npy", "w", "../x.npy"])
+                    | st.text(st.characters(exclude_categories=("Cs",)), max_size=10))
+        shape = tuple(draw(st.lists(st.integers(0, 10**13) | st.integers(0, 4), max_size=3)))
+        descr, header = None, draw(st.binary(max_size=64))
+        if draw(st.booleans()):
+            descr = draw(st.sampled_from(DESCRS))
+            header = b"\x93NUMPY\x01\x00" + _padded(f"{{'descr': {descr!r}, 'fortran_order': "
+                                                      f"False, 'shape': {shape!r}, }}")
+        data = header + bytes(draw(st.integers(0, 64)))
+        members.append((name, descr, shape, data, draw(st.booleans())))
+    return members
+
+
+def usable(members) -> bool:
+    """Whether the generated zip is a valid .npz with the arrays the set's files hold (then the
+    set is valid again, with other values)."""
+    names = {"w.npy", "updater/iteration.npy"}
+    if sorted(m[0] for m in members) != sorted(names):
+        return False
+    for _, descr, shape, data, compress in members:
+        try:
+            dtype = numpy.dtype(descr)
+        except (TypeError, ValueError):
+            return False
+        header = 10 + int.from_bytes(data[8:10], "little")
+        if compress or dtype.hasobject or len(data) != header + math.prod(shape) * dtype.itemsize:
+            return False
+    return True
+
+
+def _padded(text: str) -> bytes:
+    body = text.encode() + b" " * (-(len(text) + 11) % 64) + b"\n"
+    return len(body).to_bytes(2, "little") + body
+
+
+def npz_of(members) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a duplicate name is damage too
+        for name, _, _, data, compress in members:
+            archive.writestr(name or "x", data,
+                             zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED)
+    return buffer.getvalue()
+
+
+def _link(path: Path, target: str) -> None:
+    path.unlink()
+    if target == "folder":
+        (path.parent.parent / "elsewhere").mkdir(exist_ok=True)
+        target = str(path.parent.parent / "elsewhere")
+    elif target == "dangling":
+        target = str(path.parent / "nowhere")
+    elif target == "itself":
+        target = str(path)
+    path.symlink_to(target)
 
 
 def apply(path: Path, manifest, file) -> None:
@@ -149,6 +225,12 @@ def apply(path: Path, manifest, file) -> None:
                 f"k{i}": "" for i in range(30000)}
         elif kind == "digest":
             data["files"]["rank_00001.npz"] = rest[0]
+        elif kind == "deep":
+            where.write_text("[" * rest[0] + "]" * rest[0])
+            written = True
+        elif kind == "link":
+            _link(where, rest[0])
+            written = True
         if not written:
             where.write_text(json.dumps(data))
     target = path / store.rank_file(1)
@@ -160,8 +242,14 @@ def apply(path: Path, manifest, file) -> None:
             target.write_bytes(target.read_bytes()[:rest[0]])
         elif kind == "append":
             target.write_bytes(target.read_bytes() + rest[0])
-        else:
+        elif kind == "replace":
             target.write_bytes(rest[0])
+        elif kind == "link":
+            _link(target, rest[0])
+        else:  # a generated zip, its digest in the manifest
+            target.write_bytes(npz_of(rest[0]))
+            data["files"]["rank_00001.npz"] = store.sha256_of(target)
+            where.write_text(json.dumps(data))
 
 
 @MANY
@@ -172,6 +260,13 @@ def apply(path: Path, manifest, file) -> None:
 @example(case=(("add", "\x1b[31m\n", 1), None))
 @example(case=(("huge", "files"), None))
 @example(case=(None, ("truncate", 0)))
+@example(case=(("deep", 100_000), None))
+@example(case=(("link", "/dev/zero"), None))
+@example(case=(None, ("link", "/dev/zero")))
+@example(case=(None, ("npz", [("w.npy", "<f8", (10**13,), b"\x93NUMPY\x01\x00" + _padded(
+    "{'descr': '<f8', 'fortran_order': False, 'shape': (10000000000000,), }"), False)])))
+@example(case=(None, ("npz", [("w.npy", "|O", (1,), b"\x93NUMPY\x01\x00" + _padded(
+    "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }") + bytes(8), False)])))
 def test_a_damaged_set_is_one_line_exit_2_and_nothing_written(tmp_path_factory, capsys, case):
     manifest, file = case
     root = tmp_path_factory.mktemp("set")
@@ -180,6 +275,7 @@ def test_a_damaged_set_is_one_line_exit_2_and_nothing_written(tmp_path_factory, 
     apply(path, manifest, file)
     before = tree(root)
     assume(before != valid)  # e.g. "format" set to 1 again: still the valid set
+    assume(not (file and file[0] == "npz" and usable(file[1])))
     status, out, err = snapshots_cli(path, capsys)
     assert status == 2, (case, out, err)
     assert err.count("\n") == 1 and "Traceback" not in err, err
@@ -188,4 +284,7 @@ def test_a_damaged_set_is_one_line_exit_2_and_nothing_written(tmp_path_factory, 
     assert line.startswith(f"chainermn-rt snapshots: error: snapshot {path}: ") and \
         "; allowed: " in line, line
     assert tree(root) == before  # nothing written, nothing removed
+    status, out, err = snapshots_cli(root, capsys)  # the folder of sets: its newest is this one
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, (case, out, err)
+    assert tree(root) == before
     shutil.rmtree(root)

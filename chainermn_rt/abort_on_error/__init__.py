@@ -8,7 +8,8 @@ more than one rank:
 - an uncaught exception (``sys.excepthook``, and ``threading.excepthook`` for other threads):
   the hook before it still runs first (the traceback is printed as usual; a
   :class:`~chainermn_rt.errors.UserError` is one line instead), then one line and
-  ``MPI.COMM_WORLD.Abort`` (status 2 for a UserError, else 1)::
+  ``MPI.COMM_WORLD.Abort`` (status 2 for a UserError, else 1; a UserError in a one-rank job
+  exits 2 too)::
 
     chainermn-rt: rank 1 on node2 failed: RuntimeError: out of data; aborting the job
 
@@ -36,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.rank_contract import ABORT_ON_ERROR_VAR
+from chainermn_rt.rank_contract import ABORT_ON_ERROR_VAR, setting
 
 # Holds only sitecustomize.py: the folder the per-rank step puts first on PYTHONPATH.
 PYTHONPATH_DIR = Path(__file__).resolve().parent / "pythonpath"
@@ -44,12 +45,9 @@ _MARK = "_chainermn_rt_abort_on_error"  # set on our hook: installed once per pr
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``CHAINERMN_RT_ABORT_ON_ERROR`` leaves the hook on (unset, ``1``) or not (``0``)."""
-    value = (os.environ if environ is None else environ).get(ABORT_ON_ERROR_VAR, "1")
-    if value not in ("0", "1", ""):
-        raise UserError(f"environment variable {ABORT_ON_ERROR_VAR}={value!r}; allowed: 1 "
-                        "(the default: a failing rank aborts the job) or 0 (off)")
-    return value != "0"
+    """Whether ``CHAINERMN_RT_ABORT_ON_ERROR`` leaves the hook on (unset, ``1``) or not (``0``);
+    a UserError for any other value."""
+    return setting(os.environ if environ is None else environ, ABORT_ON_ERROR_VAR, "1") != "0"
 
 
 def installed() -> bool:
@@ -74,6 +72,8 @@ def install(environ: Mapping[str, str] | None = None) -> bool:
                 print(f"chainermn-rt: error: {value}", file=sys.stderr, flush=True)
         finally:
             abort_if_mpi(exc_type, value, announce=not user_error)  # its line says it all
+        if user_error and _live_world() is None:  # one process: still bad input's status, 2
+            _exit_now(value.exit_status)
 
     def thread_hook(args):
         try:
@@ -95,6 +95,18 @@ def install(environ: Mapping[str, str] | None = None) -> bool:
 
 
 _exit_status: int | None = None  # sys.exit's last non-zero status
+
+
+def _exit_now(status: int) -> None:
+    """End the process with ``status`` after what exit would do (atexit: MPI's finalisation);
+    an uncaught exception would otherwise give 1."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    atexit._run_exitfuncs()
+    os._exit(status)
 
 
 def _shows(value: BaseException) -> bool:

@@ -23,7 +23,7 @@ from chainermn_rt.communicators import GPU_ONLY
 from chainermn_rt.communicators import NAMES as COMMUNICATOR_NAMES
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
 
-_BYTES = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
+_BYTES = re.compile(r"([0-9]{1,16})([KMG]?)", re.IGNORECASE)
 _UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
 MAX_BYTES = 1 << 40
 # Host memory of one rank's largest CPU allreduce, per byte of it: the buffer, its pattern
@@ -37,7 +37,7 @@ def parse_bytes(text: str, flag: str) -> int:
     >>> parse_bytes("64k", "--max-bytes"), parse_bytes("1G", "--max-bytes")
     (65536, 1073741824)
     """
-    match = _BYTES.fullmatch(text.strip())
+    match = _BYTES.fullmatch(text)
     value = int(match.group(1)) << _UNITS[match.group(2).upper()] if match else -1
     if not 0 <= value <= MAX_BYTES:
         raise UserError(f"{flag}: {text!r}; allowed: a whole number of bytes up to 1024G, "

@@ -29,6 +29,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.path)
+    try:
+        return _report(path)
+    except OSError as err:  # a folder that cannot be listed or read
+        raise UserError(f"PATH: {err.filename or path}: {err.strerror}; allowed: OUT/snapshots "
+                        "or a set in it, readable") from None
+
+
+def _report(path: Path) -> int:
     if (path / store.MANIFEST).exists() or store.iteration_of(path.name) is not None:
         data = store.check_set(path)
         print(f"{path.name}  {data['world_size']} ranks  ok")

@@ -25,12 +25,14 @@ import json
 import os
 import re
 import shutil
+import stat
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.files import write_atomically
+from chainermn_rt.files import read_small, write_atomically
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -40,12 +42,7 @@ _MAX_MANIFEST_BYTES = 1 << 20
 
 
 class SnapshotError(UserError):
-    """A snapshot set that cannot be used (one line: the path, the field, what is allowed).
-    ``everywhere``: every rank raises it alike (rank 0 alone prints it)."""
-
-    def __init__(self, message: str, everywhere: bool = False):
-        super().__init__(message)
-        self.everywhere = everywhere
+    """A snapshot set that cannot be used (one line: the path, the field, what is allowed)."""
 
 
 def rank_file(rank: int) -> str:
@@ -121,15 +118,17 @@ def read_manifest(path: Path) -> dict:
     one). Checks the files' presence, not their contents (see :func:`check_file`)."""
     where = path / MANIFEST
     try:
-        if where.stat().st_size > _MAX_MANIFEST_BYTES:
-            raise _fail(path, MANIFEST, "larger than 1 MiB", "the manifest chainermn-rt wrote")
-        data = json.loads(where.read_bytes())
+        data = json.loads(read_small(where, _MAX_MANIFEST_BYTES))
     except FileNotFoundError:
         raise _fail(path, MANIFEST, "missing (an incomplete set)",
                     "a complete set written by chainermn_rt.resumable") from None
-    except (OSError, ValueError) as err:
-        raise _fail(path, MANIFEST, f"not JSON ({type(err).__name__})",
+    except OSError as err:
+        raise _fail(path, MANIFEST, f"unreadable ({err.strerror})",
                     "the manifest chainermn-rt wrote") from None
+    except (ValueError, RecursionError) as err:  # not a file, too large, not JSON, too deep
+        problem = str(err) if type(err) is ValueError and "JSON" not in str(err) else \
+            f"not JSON ({type(err).__name__})"
+        raise _fail(path, MANIFEST, problem, "the manifest chainermn-rt wrote") from None
     if not isinstance(data, dict):
         raise _fail(path, MANIFEST, "not a JSON object", "the manifest chainermn-rt wrote")
     for key in data:
@@ -150,32 +149,75 @@ def read_manifest(path: Path) -> dict:
     size = data["world_size"]
     if not 1 <= size <= 1 << 20:
         raise _fail(path, "world_size", str(size)[:20], "1-1048576")
-    expected = {rank_file(r) for r in range(size)}
-    if set(data["files"]) != expected:
+    if len(data["files"]) != size or set(data["files"]) != {rank_file(r) for r in range(size)}:
         raise _fail(path, "files", f"{len(data['files'])} names for world_size {size}",
                     "rank_00000.npz ... one per rank")
     for name, digest in data["files"].items():
         if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
             raise _fail(path, f"files.{name}", "not a sha256", "64 hexadecimal digits")
-        if not (path / name).is_file():
-            raise _fail(path, f"files.{name}", "missing", "every rank's file")
+        try:
+            mode = os.lstat(path / name).st_mode
+        except FileNotFoundError:
+            raise _fail(path, f"files.{name}", "missing", "every rank's file") from None
+        if not stat.S_ISREG(mode):
+            raise _fail(path, f"files.{name}", "not a regular file (a link, folder or device)",
+                        "the file chainermn-rt wrote")
     return data
 
 
 def check_file(path: Path, data: dict, rank: int) -> dict[str, Any]:
     """Rank ``rank``'s arrays from the set, after checking its sha256 and that it is a plain
-    ``.npz`` (no pickled objects)."""
+    ``.npz`` whose arrays fit in the file (:func:`npz_layout`)."""
     import numpy
 
     name = rank_file(rank)
-    if sha256_of(path / name) != data["files"][name]:
-        raise _fail(path, name, "its sha256 differs from the manifest's (damaged or truncated)",
-                    "the file as written")
     try:
+        if sha256_of(path / name) != data["files"][name]:
+            raise _fail(path, name, "its sha256 differs from the manifest's (damaged or "
+                        "truncated)", "the file as written")
+        npz_layout(path / name)
         with numpy.load(path / name, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, EOFError) as err:
-        raise _fail(path, name, f"unreadable ({type(err).__name__})", "an .npz file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError) as err:
+        detail = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        raise _fail(path, name, f"not a valid .npz ({detail})", "an .npz file of arrays "
+                    "written by chainermn_rt.resumable") from None
+
+
+def npz_layout(file: Path) -> dict[str, tuple]:
+    """Each array's name, shape and dtype as the file declares them, checked before anything is
+    loaded: a zip of uncompressed ``.npy`` members, no object arrays, every array's bytes exactly
+    its member's size and all members within the file (so loading needs no more memory than the
+    file's size); ValueError (or zipfile.BadZipFile) naming what is wrong."""
+    from numpy.lib import format as npy
+
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    size, total, layout = os.stat(file).st_size, 0, {}
+    with zipfile.ZipFile(file) as archive:
+        for info in archive.infolist():
+            key, member = info.filename[:-4], info.filename[:60]
+            if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy") \
+                    or key in layout:
+                raise ValueError(f"member {member!r}: not one uncompressed .npy array")
+            total += info.file_size
+            if total > size:
+                raise ValueError(f"member {member!r}: declares more bytes than the file holds")
+            with archive.open(info) as f:
+                version = npy.read_magic(f)
+                if version not in readers:
+                    raise ValueError(f"member {member!r}: .npy format {version}; allowed: "
+                                     "1.0, 2.0")
+                shape, _, dtype = readers[version](f)
+                if dtype.hasobject:
+                    raise ValueError(f"member {member!r}: object array (pickled data)")
+                count = 1
+                for n in shape:
+                    count *= n
+                if f.tell() + count * dtype.itemsize != info.file_size:
+                    raise ValueError(f"member {member!r}: its header declares shape {shape} of "
+                                     f"{dtype}, which is not the {info.file_size} bytes it holds")
+            layout[key] = (shape, dtype)
+    return layout
 
 
 def manifest_for(path: Path, world_size: int | None = None) -> dict:
@@ -194,8 +236,13 @@ def manifest_for(path: Path, world_size: int | None = None) -> dict:
 def check_set(path: Path, world_size: int | None = None) -> dict:
     """The manifest of a usable set, every rank's file read; :class:`SnapshotError` otherwise."""
     data = manifest_for(path, world_size)
+    names = None
     for rank in range(data["world_size"]):
-        check_file(path, data, rank)
+        arrays = sorted(check_file(path, data, rank))
+        if names is not None and arrays != names:
+            raise _fail(path, rank_file(rank), f"holds {len(arrays)} arrays, not the "
+                        f"{len(names)} of {rank_file(0)}", "the same arrays in every rank's file")
+        names = arrays
     return data
 
 
