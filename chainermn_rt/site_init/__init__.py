@@ -1,0 +1,12 @@
+"""What a cluster reports about itself, read into the facts a site profile holds
+(``chainermn-rt site init``, docs/site-profiles.md).
+
+- :mod:`.records`: ``scontrol -o show node|partition|config`` output, one dict per record;
+- :mod:`.hwloc`: a node's ``lstopo --whole-system --of xml``: NUMA nodes, cores, GPUs and HCAs
+  with their PCIe switches;
+- :mod:`.nvidia`: ``/proc/driver/nvidia/gpus/*/information`` (Slurm's GPU order follows the
+  device minors) and ``nvidia-smi topo -m`` (a cross-check);
+- :mod:`.slots`: one slot per GPU in Slurm's order from the above.
+
+Each is a pure function of text, tested on fixtures without Slurm or a GPU.
+"""

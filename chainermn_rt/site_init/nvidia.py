@@ -1,0 +1,56 @@
+"""What the NVIDIA driver says about a node's GPUs, without NVML.
+
+Slurm numbers a node's GPUs in the order of their device files (``gres.conf``'s
+``File=/dev/nvidia[0-7]``), which follow the driver's device minors, not always NVML's index:
+:func:`slurm_order` reads ``/proc/driver/nvidia/gpus/*/information``.
+
+>>> info = "Model: \\t NVIDIA H100\\nBus Location: \\t 0000:1B:00.0\\nDevice Minor: \\t 1\\n"
+>>> read_information(info)
+('0000:1b:00.0', 1)
+>>> slurm_order([("0000:1b:00.0", 1), ("0000:29:00.0", 0)])
+['0000:29:00.0', '0000:1b:00.0']
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def read_information(text: str) -> tuple[str, int]:
+    """(PCI bus id in lower case, device minor) from one GPU's ``information`` file;
+    ValueError when either is missing."""
+    fields = dict(re.findall(r"^([^:\n]+):[ \t]*(.*?)\s*$", text, re.MULTILINE))
+    try:
+        return fields["Bus Location"].lower(), int(fields["Device Minor"])
+    except (KeyError, ValueError):
+        raise ValueError("no 'Bus Location' and 'Device Minor'") from None
+
+
+def slurm_order(gpus: list[tuple[str, int]]) -> list[str]:
+    """Bus ids in Slurm's GPU order: by device minor."""
+    return [busid for busid, _ in sorted(gpus, key=lambda g: g[1])]
+
+
+def topo_matrix(text: str) -> dict[int, dict[str, str]]:
+    """``nvidia-smi topo -m``: for each ``GPUn`` row its columns by header (``GPU1``,
+    ``NIC0``, ``CPU Affinity``, ``NUMA Affinity`` ...). The affinities are those of the
+    calling process's cgroup: a cross-check only.
+
+    >>> text = "\\tGPU0\\tGPU1\\tCPU Affinity\\tNUMA Affinity\\n" \\
+    ...        "GPU0\\t X \\tNV18\\t0-55\\t0\\nGPU1\\tNV18\\t X \\t56-111\\t1\\n\\nLegend: ..."
+    >>> topo_matrix(text)[1]["CPU Affinity"], topo_matrix(text)[0]["GPU1"]
+    ('56-111', 'NV18')
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = next((line for line in lines if line.startswith(("\t", " ")) and "GPU0" in line),
+                  None)
+    if header is None:
+        return {}
+    columns = [c.strip() for c in header.strip("\n").split("\t")][1:]
+    rows = {}
+    for line in lines:
+        match = re.match(r"GPU(\d+)\t", line)
+        if match:
+            cells = [c.strip() for c in line.split("\t")[1:]]
+            rows[int(match.group(1))] = dict(zip(columns, cells, strict=False))
+    return rows
