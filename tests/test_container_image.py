@@ -23,6 +23,7 @@ from containers.dockerd import DOCKER
 from containers.versions import load, python_pins
 
 from conftest import REPO
+from fixtures_sandbox import run_job
 
 pytestmark = pytest.mark.docker
 
@@ -193,11 +194,8 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
     script = tmp_path / "job.sh"
     script.write_text(render(plan))
     assert "ch-run --set-env" in script.read_text()
-    job = sandbox.slurm.submit(script, cwd=tmp_path)
-    state = sandbox.slurm.wait(job, timeout=600, poll=0.5)
-    out = next(tmp_path.glob(f"*-{job}.out"), None)
-    text = out.read_text(errors="replace") if out else ""
-    assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"
+    state, text = run_job(sandbox, script, tmp_path, started=" ranks, communicator ")
+    assert tuple(state) == ("COMPLETED", 0), text[-3000:]
     digests = re.findall(r"rank (\d) parameters sha256 (\w+)", text)
     assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], text[-3000:]
     assert len({d for _, d in digests}) == 1, text[-3000:]
