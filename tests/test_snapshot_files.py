@@ -150,6 +150,7 @@ def npz_members(draw):
     for _ in range(draw(st.integers(0, 3))):
         name = draw(st.sampled_from(["w.npy", "updater/iteration.npy", "w", "../x.npy"])
                     | st.text(st.characters(exclude_categories=("Cs",)), max_size=10))
+        name = name.replace("\x00", "x") or "x"  # zipfile cuts a name at NUL
         shape = tuple(draw(st.lists(st.integers(0, 10**13) | st.integers(0, 4), max_size=3)))
         descr, header = None, draw(st.binary(max_size=64))
         if draw(st.booleans()):
@@ -162,10 +163,10 @@ def npz_members(draw):
 
 
 def usable(members) -> bool:
-    """Whether the generated zip is a valid .npz with the arrays the set's files hold (then the
-    set is valid again, with other values)."""
-    names = {"w.npy", "updater/iteration.npy"}
-    if sorted(m[0] for m in members) != sorted(names):
+    """Whether the generated zip is a valid .npz of arrays (then the set is valid again, with
+    other arrays: which arrays a program needs is for its resume to say)."""
+    names = [m[0] for m in members]
+    if len(set(names)) != len(names) or not all(n.endswith(".npy") for n in names):
         return False
     for _, descr, shape, data, compress in members:
         try:
@@ -188,7 +189,7 @@ def npz_of(members) -> bytes:
     with zipfile.ZipFile(buffer, "w") as archive, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a duplicate name is damage too
         for name, _, _, data, compress in members:
-            archive.writestr(name or "x", data,
+            archive.writestr(name, data,
                              zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED)
     return buffer.getvalue()
 
