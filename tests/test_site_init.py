@@ -80,6 +80,13 @@ def test_gpus_hwloc_cannot_place_get_the_cores_round_robin():
                         "round-robin" for i, b in enumerate(["0000:01:00.0", "0000:02:00.0"])]
 
 
+def test_more_gpus_than_cores_on_a_numa_node_share_them():
+    gpus = [Device(f"0000:0{i}:00.0", "", 0, ()) for i in range(3)]
+    made, warnings = slots.gpu_slots(Topology({0: [[0], [1]]}, gpus, []),
+                                     [g.busid for g in gpus])
+    assert [s.cpus for s in made] == ["0", "1", "0"] and len(warnings) == 3
+
+
 def test_nvidia_files_and_topo_matrix():
     info = ("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 123\nBus Location: \t 0000:1B:00.0\n"
             "Device Minor: \t 3\nGPU Excluded:\t No\n")

@@ -54,8 +54,12 @@ def gpu_slots(topo: Topology, order: list[str], port: int = 1) -> tuple[list[Slo
             continue
         peers = [j for j, g in placed.items() if j not in unplaced and g.numa == gpu.numa]
         cores = topo.numa.get(gpu.numa, [])
-        share = len(cores) // len(peers)
-        mine = cores[peers.index(i) * share:(peers.index(i) + 1) * share]
+        share, k = len(cores) // len(peers), peers.index(i)
+        mine = cores[k * share:(k + 1) * share] if share else \
+            [cores[k % len(cores)]] if cores else every_core  # fewer cores than GPUs: shared
+        if not share:
+            warnings.append(f"GPU {i} ({order[i]}): NUMA node {gpu.numa} has {len(cores)} "
+                            f"cores for {len(peers)} GPUs; they share them")
         hca = _hca(gpu, topo.hcas)
         slots.append(Slot(i, gpu.numa, cpu_list([p for c in mine for p in c]),
                           (f"{hca.name}:{port}",) if hca else ()))
