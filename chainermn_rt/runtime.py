@@ -111,9 +111,3 @@ def setup(communicator: str = "auto", mpi_comm=None, *, abort_on_exception: bool
         return comm, device
     finally:
         finished.set()
-
-
-def install_abort_hook() -> None:
-    """The ``MPI_Abort``-on-uncaught-exception hook, once (idempotent; off with
-    ``CHAINERMN_RT_ABORT_ON_ERROR=0``)."""
-    abort_on_error.install()

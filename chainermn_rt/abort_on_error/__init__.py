@@ -100,13 +100,17 @@ _exit_status: int | None = None  # sys.exit's last non-zero status
 def _exit_now(status: int) -> None:
     """End the process with ``status`` after what exit would do (atexit: MPI's finalisation);
     an uncaught exception would otherwise give 1."""
+    _flush()
+    atexit._run_exitfuncs()
+    os._exit(status)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
-    atexit._run_exitfuncs()
-    os._exit(status)
 
 
 def _shows(value: BaseException) -> bool:
@@ -154,11 +158,7 @@ def abort_if_mpi(exc_type: type, value: BaseException | None, thread=None,
     if mpi is None:
         return
     world = mpi.COMM_WORLD
-    for stream in (sys.stdout, sys.stderr):  # Abort does not flush Python's buffers
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
+    _flush()  # Abort does not flush Python's buffers
     line = failure_line(world.Get_rank(), socket.gethostname(), exc_type, value)
     if thread is not None:
         line = line.replace(" failed:", f" failed in thread {thread.name!r}:", 1)
