@@ -26,9 +26,19 @@ touch "$STUB_DIR/started"
 [ -n "${STUB_EXIT:-}" ] && exit "$STUB_EXIT"
 while [ ! -e "$CHAINERMN_RT_STOP_FILE" ]; do sleep 0.05; done
 [ "${STUB_SNAPSHOT:-1}" = 1 ] && echo /out/snapshots/iter_000000120 > "$CHAINERMN_RT_STOP_FILE.done"
+touch "$STUB_DIR/ended"
 exit 0
 """
 SCONTROL = '#!/bin/sh\necho "$@" >> "$STUB_DIR/scontrol.log"\n'
+# The trap's touch returns only after the step has ended: the race CI once met (the step
+# ending while the trap still runs) happens every time.
+TOUCH = """#!/bin/sh
+/usr/bin/touch "$@"
+if [ "$1" = "$CHAINERMN_RT_STOP_FILE" ]; then
+  while [ ! -e "$STUB_DIR/ended" ]; do sleep 0.05; done
+  sleep 0.3
+fi
+"""
 
 
 def _run(tmp_path: Path, env: dict[str, str], signal_it: bool = True,
@@ -40,7 +50,7 @@ def _run(tmp_path: Path, env: dict[str, str], signal_it: bool = True,
                           tmp_path / "job.sh")
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for name, text in (("srun", SRUN), ("scontrol", SCONTROL)):
+    for name, text in (("srun", SRUN), ("scontrol", SCONTROL), ("touch", TOUCH)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_DIR": str(tmp_path), "SLURM_JOB_ID": "77",

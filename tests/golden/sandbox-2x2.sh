@@ -28,8 +28,10 @@ export CHAINERMN_RT_SLOTS='[{"gpu":0,"numa":0,"cpus":"0","hcas":["sbx_ib0:1"]},{
 export CHAINERMN_RT_STOP_FILE="$PWD/.chainermn-rt-stop-${SLURM_JOB_ID:-$$}"
 rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done"
 step=
+trapped=
 # shellcheck disable=SC2317  # the trap runs it
 on_stop_signal() {
+  trapped=1
   echo "chainermn-rt: $(date +%T) SIGUSR2: asking the ranks for a snapshot, waiting up to 45 s" >&2
   touch "$CHAINERMN_RT_STOP_FILE"
   { sleep 45; kill -TERM "$step" 2>/dev/null; } &
@@ -41,10 +43,10 @@ srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 \
   /opt/venv/bin/python -m chainermn_rt rank -- \
   python3 examples/train_mnist.py &
 step=$!
-status=
-while [ -z "$status" ]; do  # a trapped signal ends `wait` early: wait again while the step runs
+while :; do  # a trapped signal ends `wait` early: wait again, for the step's own status
+  trapped=
   wait "$step" && status=0 || status=$?
-  if [ "$status" -gt 128 ] && kill -0 "$step" 2>/dev/null; then status=; fi
+  [ -n "$trapped" ] || break
 done
 if [ -e "$CHAINERMN_RT_STOP_FILE.done" ]; then
   snapshot=$(cat "$CHAINERMN_RT_STOP_FILE.done")
