@@ -14,6 +14,7 @@ import subprocess
 from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.site import Site, parse_time
 from chainermn_rt.slurm_client import Slurm
+from chainermn_rt.slurm_records import gres_gpus, records
 
 
 def _output(slurm: Slurm, argv: list[str]) -> str:
@@ -28,17 +29,6 @@ def _output(slurm: Slurm, argv: list[str]) -> str:
     return proc.stdout
 
 
-def _records(slurm: Slurm, argv: list[str]) -> list[dict[str, str]]:
-    """``scontrol show ... -o``: one record per line of KEY=VALUE words."""
-    return [dict(re.findall(r"(\S+?)=(\S*)", line))
-            for line in _output(slurm, argv).splitlines() if line.strip()]
-
-
-def _gpus(gres: str) -> int:
-    """GPUs in a node's Gres string such as ``gpu:4(S:0)`` or ``gpu:h100:8``."""
-    return sum(int(m) for m in re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres))
-
-
 def _time(text: str) -> int | None:
     return None if text.upper() in ("UNLIMITED", "INFINITE") else parse_time(text, "MaxTime")
 
@@ -46,9 +36,10 @@ def _time(text: str) -> int | None:
 def compare(site: Site, slurm: Slurm) -> list[str]:
     """Every difference between the profile and Slurm's view, one line each."""
     diffs: list[str] = []
-    partitions = {r.get("PartitionName"): r for r in _records(
-        slurm, ["scontrol", "show", "partition", "-o"])}
-    nodes = {r.get("NodeName"): r for r in _records(slurm, ["scontrol", "show", "node", "-o"])}
+    partitions = {r.get("PartitionName"): r for r in records(
+        _output(slurm, ["scontrol", "show", "partition", "-o"]))}
+    nodes = {r.get("NodeName"): r for r in records(
+        _output(slurm, ["scontrol", "show", "node", "-o"]))}
     for p in site.partitions:
         live = partitions.get(p.name)
         if live is None:
@@ -65,7 +56,7 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
         names = _expand(slurm, live.get("Nodes", ""))
         for name in names:
             node = nodes.get(name, {})
-            cpus, gpus = int(node.get("CPUTot", "0")), _gpus(node.get("Gres", ""))
+            cpus, gpus = int(node.get("CPUTot", "0")), gres_gpus(node.get("Gres", ""))
             if cpus != p.cpus_per_node:
                 diffs.append(f"node {name}: cpus_per_node {p.cpus_per_node} in the profile "
                              f"(partition {p.name}), CPUTot={cpus} in Slurm")

@@ -13,7 +13,6 @@ without accounting (the sandbox) passes its own ``records`` in place of ``sacct`
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
+from chainermn_rt.slurm_records import record
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -32,11 +32,6 @@ class FinalState(NamedTuple):
 
     state: str
     exit_code: int
-
-
-def _fields(text: str) -> dict[str, str]:
-    """``scontrol show ... -o`` output: KEY=VALUE words."""
-    return dict(re.findall(r"(\S+?)=(\S*)", text))
 
 
 @dataclass(frozen=True)
@@ -70,7 +65,7 @@ class Slurm:
     def show(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o``'s fields, or {} once Slurm has forgotten the job."""
         proc = self.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=60)
-        return _fields(proc.stdout) if proc.returncode == 0 else {}
+        return record(proc.stdout) if proc.returncode == 0 else {}
 
     def stdout_path(self, job_id: str) -> Path | None:
         """Where the job's standard output goes, as Slurm says."""

@@ -9,8 +9,9 @@ import subprocess
 import pytest
 from hwloc_fixtures import GPU_BUSIDS, dgx_h100
 
+from chainermn_rt import slurm_records as records
 from chainermn_rt.site import load_site
-from chainermn_rt.site_init import hwloc, nvidia, records, slots
+from chainermn_rt.site_init import hwloc, nvidia, slots
 from chainermn_rt.site_init.hwloc import Device, Topology
 
 from conftest import REPO

@@ -10,20 +10,10 @@ and ``WorkDir`` may hold spaces themselves):
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from chainermn_rt.slurm_client import FinalState, final_state
-
-_SPLIT = re.compile(r" (?=[A-Za-z]+=)")
-
-
-def parse_line(line: str) -> dict[str, str]:
-    record = {}
-    for pair in _SPLIT.split(line.strip()):
-        key, _, value = pair.partition("=")
-        record[key] = value
-    return record
+from chainermn_rt.slurm_records import record as parse_line
 
 
 def read_records(path: Path) -> dict[str, dict[str, str]]:

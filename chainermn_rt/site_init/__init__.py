@@ -1,7 +1,7 @@
 """What a cluster reports about itself, read into the facts a site profile holds
-(``chainermn-rt site init``, docs/site-profiles.md).
+(``chainermn-rt site init``, docs/site-profiles.md). Slurm's records are read by
+:mod:`chainermn_rt.slurm_records`.
 
-- :mod:`.records`: ``scontrol -o show node|partition|config`` output, one dict per record;
 - :mod:`.hwloc`: a node's ``lstopo --whole-system --of xml``: NUMA nodes, cores, GPUs and HCAs
   with their PCIe switches;
 - :mod:`.nvidia`: ``/proc/driver/nvidia/gpus/*/information`` (Slurm's GPU order follows the

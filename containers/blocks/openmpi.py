@@ -42,9 +42,11 @@ UCX_DEFAULTS = (("OMPI_MCA_pml", "ucx"),
 
 
 def _configure(cuda: str, pmix_prefix: str, events: str) -> str:
+    # no ROMIO: MPI-IO stays (Open MPI's own ompio), and it is a large part of the compile
     return (f"./configure --prefix={PREFIX} --with-cuda={cuda} --with-ucx={ucx.PREFIX}"
             f" --with-pmix={pmix_prefix} {events} --with-slurm"
-            " --enable-mca-no-build=btl-uct --without-verbs --disable-man-pages")
+            " --enable-mca-no-build=btl-uct --without-verbs --disable-io-romio"
+            " --disable-man-pages")
 
 
 def _block(step, packages=(), runtime_packages=()) -> Block:

@@ -1,4 +1,5 @@
-"""``scontrol -o show node|partition`` and ``scontrol show config``: one dict per record.
+"""Slurm's ``Key=value`` records: ``scontrol -o show node|partition|job``, the sandbox's job
+completion file, and ``scontrol show config``. The one parser of them all.
 
 A one-line record is ``Key=value`` pairs separated by spaces, where a value may hold spaces
 itself (``OS=Linux 6.1.0-18-amd64 #1 SMP ...``, ``Reason=node lost [root@...]``): a key is a
@@ -6,7 +7,7 @@ word followed by ``=`` at the start or after a space.
 
 >>> [r["NodeName"] for r in records("NodeName=node1 CPUTot=4\\nNodeName=node2 CPUTot=4")]
 ['node1', 'node2']
->>> records("NodeName=node2 OS=Linux 6.1 #1 SMP CPUTot=4")[0]["OS"]
+>>> record("NodeName=node2 OS=Linux 6.1 #1 SMP CPUTot=4")["OS"]
 'Linux 6.1 #1 SMP'
 >>> config("SlurmctldHost[0]    = head(10.0.0.1)\\nMpiDefault          = pmix\\n")["MpiDefault"]
 'pmix'
@@ -19,20 +20,17 @@ import re
 _KEY = re.compile(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_/:.\[\]]*)=")
 
 
+def record(line: str) -> dict[str, str]:
+    """One record as {key: value}; {} for a line without ``Key=``."""
+    line = line.strip()
+    keys = list(_KEY.finditer(line))
+    return {key.group(1): line[key.end():after.start() if after else len(line)].rstrip()
+            for key, after in zip(keys, [*keys[1:], None], strict=True)}
+
+
 def records(text: str) -> list[dict[str, str]]:
-    """Every non-empty line of ``scontrol -o show ...`` as {key: value}."""
-    found = []
-    for line in text.splitlines():
-        keys = list(_KEY.finditer(line.strip()))
-        if not keys:
-            continue
-        line = line.strip()
-        record = {}
-        for key, after in zip(keys, [*keys[1:], None], strict=True):
-            end = after.start() if after else len(line)
-            record[key.group(1)] = line[key.end():end].rstrip()
-        found.append(record)
-    return found
+    """Every line of ``scontrol -o show ...`` that holds a record, as {key: value}."""
+    return [found for found in map(record, text.splitlines()) if found]
 
 
 def config(text: str) -> dict[str, str]:
