@@ -9,24 +9,10 @@ A client command that fails (Slurm unreachable) raises EnvironmentProblem with i
 from __future__ import annotations
 
 import re
-import subprocess
 
-from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.site import Site, parse_time
 from chainermn_rt.slurm_client import Slurm
 from chainermn_rt.slurm_records import gres_gpus, records
-
-
-def _output(slurm: Slurm, argv: list[str]) -> str:
-    try:
-        proc = slurm.run(argv, timeout=30)
-    except subprocess.TimeoutExpired:
-        raise EnvironmentProblem(f"{' '.join(argv)}: no answer in 30 s") from None
-    if proc.returncode != 0:
-        said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-        raise EnvironmentProblem(f"{' '.join(argv)} failed (exit {proc.returncode}): "
-                                 f"{said[-1] if said else 'no message'}")
-    return proc.stdout
 
 
 def _time(text: str) -> int | None:
@@ -37,9 +23,9 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
     """Every difference between the profile and Slurm's view, one line each."""
     diffs: list[str] = []
     partitions = {r.get("PartitionName"): r for r in records(
-        _output(slurm, ["scontrol", "show", "partition", "-o"]))}
+        slurm.output(["scontrol", "show", "partition", "-o"]))}
     nodes = {r.get("NodeName"): r for r in records(
-        _output(slurm, ["scontrol", "show", "node", "-o"]))}
+        slurm.output(["scontrol", "show", "node", "-o"]))}
     for p in site.partitions:
         live = partitions.get(p.name)
         if live is None:
@@ -81,4 +67,4 @@ def _expand(slurm: Slurm, hostlist: str) -> list[str]:
     """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (via scontrol, Slurm's own parser)."""
     if not hostlist or hostlist == "(null)":
         return []
-    return _output(slurm, ["scontrol", "show", "hostnames", hostlist]).split()
+    return slurm.output(["scontrol", "show", "hostnames", hostlist]).split()

@@ -139,6 +139,8 @@ class SandboxTable:
 
     subnet: ipaddress.IPv4Network
     nodes: int | None = None
+    # hwloc XML every node's tasks see as their hardware (HWLOC_XMLFILE): a GPU node, faked
+    hwloc_xml: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -347,7 +349,7 @@ def _environment(data: Any) -> dict[str, str]:
     return env
 
 
-def _sandbox(data: Any) -> SandboxTable | None:
+def _sandbox(data: Any, path: Path) -> SandboxTable | None:
     if data is None:
         return None
     t = _Table(data, "sandbox")
@@ -365,8 +367,14 @@ def _sandbox(data: Any) -> SandboxTable | None:
     if nodes is not None and not 1 <= nodes <= SANDBOX_MAX_NODES:
         raise UserError(f"{t.at('nodes')}: {nodes} is not allowed; allowed: "
                         f"1-{SANDBOX_MAX_NODES}")
+    xml = t.text("hwloc_xml", None, allowed="a path to an hwloc XML file")
+    if xml is not None:
+        xml = (Path(path).parent / xml).absolute()  # relative to the profile
+        if not xml.is_file():
+            raise UserError(f"{t.at('hwloc_xml')}: {xml} is not a file; allowed: an hwloc XML "
+                            "file (lstopo --of xml), relative to the profile's folder")
     t.done()
-    return SandboxTable(subnet=subnet, nodes=nodes)
+    return SandboxTable(subnet=subnet, nodes=nodes, hwloc_xml=xml)
 
 
 def _checks(data: Any) -> float | None:
@@ -436,7 +444,7 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         max_requeues=t.get("max_requeues", int, 3, allowed="0-1000"),
         socket_ifname=t.get("socket_ifname", str, None),
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
-        sandbox=_sandbox(t.get("sandbox", dict, None)),
+        sandbox=_sandbox(t.get("sandbox", dict, None), path),
         allreduce_busbw_gbps=_checks(t.get("checks", dict, None)))
     if not 0 <= site.max_requeues <= 1000:
         raise UserError(f"max_requeues: {site.max_requeues!r}; allowed: 0-1000")

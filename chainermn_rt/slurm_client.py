@@ -52,6 +52,19 @@ class Slurm:
                                      "commands reach the cluster (for the sandbox: "
                                      "`chainermn-rt sandbox up`)") from None
 
+    def output(self, argv: list[str], timeout: float = 30) -> str:
+        """A client command's standard output; EnvironmentProblem (Slurm's last line) when it
+        fails or does not answer within ``timeout`` seconds."""
+        try:
+            proc = self.run(argv, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise EnvironmentProblem(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise EnvironmentProblem(f"{' '.join(argv)} failed (exit {proc.returncode}): "
+                                     f"{said[-1] if said else 'no message'}")
+        return proc.stdout
+
     def submit(self, script: Path, args: list[str] = (), cwd: str | Path | None = None) -> str:
         """``sbatch --parsable [ARGS] SCRIPT`` in ``cwd``; the job id. Slurm's refusal is a
         UserError with Slurm's message."""

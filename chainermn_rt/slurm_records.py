@@ -56,3 +56,16 @@ def gres_gpus(gres: str) -> int:
         if fields[0] == "gpu" and fields[-1].isdigit():
             total += int(fields[-1])
     return total
+
+
+def gres_gpu_type(gres: str) -> str | None:
+    """The GPU type in a node's ``Gres`` (``gpu:h100:8(S:0-1)`` -> ``h100``); None without one.
+
+    >>> gres_gpu_type("gpu:h100:8(S:0-1)"), gres_gpu_type("gpu:4")
+    ('h100', None)
+    """
+    for part in re.split(r",(?![^(]*\))", gres):
+        fields = re.sub(r"\(.*\)", "", part).split(":")
+        if fields[0] == "gpu" and len(fields) == 3:
+            return fields[1]
+    return None

@@ -92,14 +92,28 @@ def test_generated_shell_passes_shellcheck(tmp_path):
     ("subnet = 10", "sandbox.subnet: 10 has the wrong type"),
     ("nodes = 9", "sandbox.nodes: 9 is not allowed; allowed: 1-8"),
     ("nodes = true", "sandbox.nodes: True has the wrong type; allowed: 1-8"),
-    ('subnett = "10.0.0.0/24"', "sandbox.subnett: unknown field; allowed: nodes, subnet"),
+    ('subnett = "10.0.0.0/24"',
+     "sandbox.subnett: unknown field; allowed: hwloc_xml, nodes, subnet"),
+    ('hwloc_xml = "no-such.xml"', "sandbox.hwloc_xml: {tmp}/no-such.xml is not a file; allowed:"
+     " an hwloc XML file (lstopo --of xml), relative to the profile's folder"),
+    ("hwloc_xml = 1", "sandbox.hwloc_xml: 1 has the wrong type; allowed: a path to an hwloc"),
     ('prefix = "cmrtsbx"', "sandbox.prefix: unknown field"),
 ])
 def test_bad_sandbox_table_names_the_file_and_field(tmp_path, table, message):
     """The [sandbox] table is validated with the rest of the profile, when it is loaded."""
     with pytest.raises(UserError) as err:
         with_sandbox(tmp_path, table)
-    assert str(err.value).startswith(f"{tmp_path / 'site.toml'}: {message}"), err.value
+    assert str(err.value).startswith(f"{tmp_path / 'site.toml'}: "
+                                     + message.format(tmp=tmp_path)), err.value
+
+
+def test_hwloc_xml_reaches_every_task(tmp_path):
+    """``[sandbox] hwloc_xml``: the TaskProlog exports HWLOC_XMLFILE (relative to the profile)."""
+    (tmp_path / "node.xml").write_text("<topology/>")
+    site = with_sandbox(tmp_path, 'hwloc_xml = "node.xml"')
+    prolog = render_files(site, sandbox_settings(site, state_dir=tmp_path / "s"))[
+        "etc/task_prolog.sh"]
+    assert f"echo 'export HWLOC_XMLFILE={tmp_path}/node.xml'" in prolog.splitlines()
 
 
 def test_node_count_from_the_command_line_is_checked():

@@ -81,6 +81,14 @@ def test_gpus_hwloc_cannot_place_get_the_cores_round_robin():
                         "round-robin" for i, b in enumerate(["0000:01:00.0", "0000:02:00.0"])]
 
 
+def test_more_gpus_hwloc_cannot_see_than_cores_take_the_cores_in_turn():
+    """The sandbox: 4 fake GPUs over 2 cores, as its fake4 topology has them."""
+    made, warnings = slots.gpu_slots(Topology({0: [[0], [1]]}, [], []), [""] * 4)
+    assert [(s.gpu, s.numa, s.cpus, s.hcas) for s in made] == [
+        (0, 0, "0", ()), (1, 0, "1", ()), (2, 0, "0", ()), (3, 0, "1", ())]
+    assert len(warnings) == 4
+
+
 def test_more_gpus_than_cores_on_a_numa_node_share_them():
     gpus = [Device(f"0000:0{i}:00.0", "", 0, ()) for i in range(3)]
     made, warnings = slots.gpu_slots(Topology({0: [[0], [1]]}, gpus, []),

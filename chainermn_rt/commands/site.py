@@ -1,20 +1,43 @@
-"""``chainermn-rt site check FILE [--live]``: validate a profile; compare it with the cluster."""
+"""``chainermn-rt site check FILE [--live]``: validate a profile; compare it with the cluster.
+``chainermn-rt site init --partition P --output FILE``: write a profile from what the cluster
+reports (docs/site-profiles.md, "Writing a profile with site init")."""
 
 from __future__ import annotations
 
 import argparse
+import time
+import tomllib
+from pathlib import Path
 
-from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.arguments import Parser, output_file
+from chainermn_rt.errors import UserError
+from chainermn_rt.site import NAME, load_site, parse_site, resolve_site
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["check"], help="what to do with the profile")
-    parser.add_argument("file", help="a site profile (.toml) or a shipped one's name")
-    parser.add_argument("--live", action="store_true",
-                        help="also compare with the running cluster (scontrol, srun --mpi=list)")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION",
+                                    parser_class=Parser)
+    check = actions.add_parser("check", help="validate a profile (--live: and compare it with "
+                               "the running cluster)")
+    check.add_argument("file", help="a site profile (.toml) or a shipped one's name")
+    check.add_argument("--live", action="store_true",
+                       help="also compare with the running cluster (scontrol, srun --mpi=list)")
+    init = actions.add_parser(
+        "init", help="write a profile from what the cluster reports: scontrol, srun --mpi=list, "
+        "and one srun step per node shape running lstopo --whole-system")
+    init.add_argument("--partition", action="append", required=True, metavar="P",
+                      help="a Slurm partition to describe (repeat for more)")
+    init.add_argument("--output", type=Path, required=True, metavar="FILE",
+                      help="the profile to write (.toml)")
+    init.add_argument("--name", help="the site's name (default: Slurm's ClusterName)")
+    init.add_argument("--force", action="store_true", help="replace an existing --output")
 
 
 def run(args: argparse.Namespace) -> int:
+    return _init(args) if args.action == "init" else _check(args)
+
+
+def _check(args: argparse.Namespace) -> int:
     site = load_site(resolve_site(args.file), "FILE")
     parts = ", ".join(f"{p.name} ({p.nodes} nodes x {len(p.topology.slots)} slots, "
                       f"{p.topology.gpus} GPUs)" for p in site.partitions)
@@ -31,3 +54,31 @@ def run(args: argparse.Namespace) -> int:
     print("live: matches the cluster" if not differences
           else f"live: {len(differences)} difference(s)")
     return 1 if differences else 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from chainermn_rt.files import write_atomically
+    from chainermn_rt.site_init.profile import profile_text
+    from chainermn_rt.site_init.survey import survey
+    from chainermn_rt.slurm_client import Slurm
+
+    output = output_file(args.output, "--output", (".toml",))
+    if output.exists() and not args.force:
+        raise UserError(f"--output: {output} exists; allowed: a new file, or --force to "
+                        "replace it")
+    if args.name is not None and not NAME.match(args.name):
+        raise UserError(f"--name: {args.name!r}; allowed: letters, digits, '.', '_', '-'")
+    if len(set(args.partition)) != len(args.partition):
+        raise UserError(f"--partition: {args.partition} names one twice; allowed: each once")
+    start = time.monotonic()
+    facts, warnings, steps = survey(Slurm(), args.partition, args.name)
+    text = profile_text(facts, "scontrol show config/partition/node, srun --mpi=list, srun "
+                        f"--help and {len(steps)} probe step(s): " + "; ".join(steps))
+    parse_site(tomllib.loads(text), output)  # what it writes, it can read
+    write_atomically(output, lambda f: f.write(text))
+    for line in warnings:
+        print(f"warning: {line}")
+    print(f"wrote {output}: site {facts.name!r}, partitions "
+          f"{', '.join(p.name for p in facts.partitions)}; {len(steps)} Slurm step(s) in "
+          f"{time.monotonic() - start:.0f} s")
+    return 0

@@ -40,9 +40,13 @@ def _env() -> jinja2.Environment:
 
 
 def task_exports(settings: SandboxSettings) -> dict[str, str]:
-    """Variables every task gets: Open MPI stays on the sandbox's network."""
-    return {"OMPI_MCA_btl_tcp_if_include": str(settings.subnet),
-            "OMPI_MCA_oob_tcp_if_include": str(settings.subnet)}
+    """Variables every task gets: Open MPI stays on the sandbox's network; with ``[sandbox]
+    hwloc_xml``, hwloc (lstopo, Open MPI) reads that hardware instead of the host's."""
+    exports = {"OMPI_MCA_btl_tcp_if_include": str(settings.subnet),
+               "OMPI_MCA_oob_tcp_if_include": str(settings.subnet)}
+    if settings.hwloc_xml is not None:
+        exports["HWLOC_XMLFILE"] = str(settings.hwloc_xml)
+    return exports
 
 
 def render_files(site: Site, settings: SandboxSettings,

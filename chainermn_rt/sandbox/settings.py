@@ -47,6 +47,7 @@ class SandboxSettings:
     subnet: ipaddress.IPv4Network
     state_dir: Path
     nodes: int
+    hwloc_xml: Path | None = None
 
     @property
     def prefix(self) -> str:
@@ -78,4 +79,4 @@ def sandbox_settings(site: Site, nodes: int | None = None,
     count = nodes or site.sandbox.nodes or max(p.nodes for p in site.partitions)
     folder = Path(state_dir).absolute() if state_dir is not None else default_state_dir()
     return SandboxSettings(subnet=site.sandbox.subnet, state_dir=folder,
-                           nodes=min(count, SANDBOX_MAX_NODES))
+                           nodes=min(count, SANDBOX_MAX_NODES), hwloc_xml=site.sandbox.hwloc_xml)

@@ -40,15 +40,16 @@ def gpu_slots(topo: Topology, order: list[str], port: int = 1) -> tuple[list[Slo
     """(slots in Slurm's GPU order, warnings). ``order``: the GPUs' PCI bus ids."""
     by_busid = {g.busid.lower(): g for g in topo.gpus}
     placed = {i: by_busid.get(b.lower()) for i, b in enumerate(order)}
-    warnings = [f"GPU {i} ({order[i]}): hwloc cannot place it; it gets the node's cores "
-                "round-robin" for i, g in placed.items() if g is None or g.numa is None]
+    warnings = [f"GPU {i}{f' ({order[i]})' if order[i] else ''}: hwloc cannot place it; it "
+                "gets the node's cores round-robin" for i, g in placed.items()
+                if g is None or g.numa is None]
     every_core = [c for n in sorted(topo.numa) for c in topo.numa[n]]
     unplaced = [i for i, g in placed.items() if g is None or g.numa is None]
     slots = []
     for i, gpu in placed.items():
         if i in unplaced:
-            k = unplaced.index(i)
-            cores = every_core[k::len(unplaced)]
+            k = unplaced.index(i)  # more such GPUs than cores: they share, in turn
+            cores = every_core[k::len(unplaced)] or [every_core[k % len(every_core)]]
             numa = next((n for n in sorted(topo.numa) if cores and cores[0] in topo.numa[n]), 0)
             slots.append(Slot(i, numa, cpu_list([p for c in cores for p in c])))
             continue

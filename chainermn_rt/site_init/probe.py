@@ -1,0 +1,110 @@
+"""What one node says about itself: a POSIX ``sh`` script run as a one-task Slurm step, and
+the parser of its output.
+
+The script needs nothing on the node but ``sh`` and hwloc's ``lstopo``; every section is
+optional. ``--whole-system`` matters: inside the step's cgroup hwloc would show only the CPUs
+the step may use.
+
+>>> report = parse(SCRIPT_OUTPUT_EXAMPLE)
+>>> report.hostname, report.runtimes, report.enroot_hooks, report.socket_ifname
+('node1', ('ch-run',), (), 'eth0')
+>>> report.ib_ports
+(('mlx5_0', 1, '4: ACTIVE', '400 Gb/sec (4X NDR)', 'InfiniBand'),)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MARK = "@@chainermn-rt "
+RUNTIME_COMMANDS = ("apptainer", "singularity", "ch-run", "enroot")
+# enroot's hook that passes Slurm's PMI(x) variables into the container (off by default)
+PMI_HOOK = "50-slurm-pmi.sh"
+
+# $1: the controller's address (for the route to it)
+SCRIPT = f"""\
+m() {{ echo "{MARK}$1"; }}
+m hostname; hostname
+m lstopo; lstopo --whole-system --of xml 2>/dev/null
+m ib
+for port in /sys/class/infiniband/*/ports/*; do
+  [ -r "$port/state" ] || continue
+  rate=$(cat "$port/rate" 2>/dev/null); link=$(cat "$port/link_layer" 2>/dev/null)
+  echo "$port|$(cat "$port/state")|$rate|$link"
+done
+for info in /proc/driver/nvidia/gpus/*/information; do
+  [ -r "$info" ] && {{ m nvidia; cat "$info"; }}
+done
+m nvidia-smi; command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi topo -m 2>/dev/null
+m runtimes
+for c in {' '.join(RUNTIME_COMMANDS)}; do command -v "$c" >/dev/null 2>&1 && echo "$c"; done
+m enroot-hooks; ls /etc/enroot/hooks.d 2>/dev/null
+m route; ip -o route get "$1" 2>/dev/null
+m end
+"""
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One node's answers; empty where the node had nothing to say."""
+
+    hostname: str
+    lstopo_xml: str
+    ib_ports: tuple[tuple[str, int, str, str, str], ...]  # (device, port, state, rate, link)
+    nvidia_information: tuple[str, ...]  # one /proc/driver/nvidia/gpus/*/information each
+    nvidia_smi_topo: str
+    runtimes: tuple[str, ...]
+    enroot_hooks: tuple[str, ...]
+    socket_ifname: str | None  # the interface of the route to the controller
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """``(name, body)`` in the order printed; a name may repeat (``nvidia``, one per GPU)."""
+    found: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith(MARK):
+            found.append((line[len(MARK):].strip(), []))
+        elif found:
+            found[-1][1].append(line)
+    return [(name, "\n".join(body).strip("\n")) for name, body in found]
+
+
+def parse(text: str) -> NodeReport:
+    """The probe's output; ValueError when it did not run to its end."""
+    parts = sections(text)
+    if not parts or parts[-1][0] != "end":
+        raise ValueError("the probe did not finish (its last section is missing)")
+    one = {name: body for name, body in parts}
+    ports = []
+    for line in one.get("ib", "").splitlines():
+        path, *fields = line.split("|")
+        m = re.search(r"/infiniband/([^/]+)/ports/(\d+)$", path)
+        if m and len(fields) == 3:
+            ports.append((m.group(1), int(m.group(2)), *(f.strip() for f in fields)))
+    route = re.search(r"\bdev (\S+)", one.get("route", ""))
+    return NodeReport(
+        hostname=one.get("hostname", "").strip(),
+        lstopo_xml=one.get("lstopo", ""),
+        ib_ports=tuple(ports),
+        nvidia_information=tuple(body for name, body in parts if name == "nvidia"),
+        nvidia_smi_topo=one.get("nvidia-smi", ""),
+        runtimes=tuple(one.get("runtimes", "").split()),
+        enroot_hooks=tuple(one.get("enroot-hooks", "").split()),
+        socket_ifname=route.group(1) if route and route.group(1) != "lo" else None)
+
+
+SCRIPT_OUTPUT_EXAMPLE = f"""{MARK}hostname
+node1
+{MARK}lstopo
+<topology version="2.0"/>
+{MARK}ib
+/sys/class/infiniband/mlx5_0/ports/1|4: ACTIVE|400 Gb/sec (4X NDR)|InfiniBand
+{MARK}nvidia-smi
+{MARK}runtimes
+ch-run
+{MARK}enroot-hooks
+{MARK}route
+10.213.0.1 dev eth0 src 10.213.0.2 uid 0 \\    cache
+{MARK}end
+"""
