@@ -12,11 +12,11 @@ FLAVOR  ?= cpu
 # Debian packages the bundle uses on the build/login host.
 DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client \
-	iproute2 numactl hwloc-nox shellcheck \
+	iproute2 numactl hwloc-nox shellcheck lmod tcl8.6 \
 	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates
 
 .PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
-	recipes image image-doctor base sif sqfs offline-wheels clean
+	recipes image image-doctor base sif sqfs offline-wheels install-wheels install clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -83,6 +83,13 @@ sif:  ## Apptainer/Singularity image of FLAVOR from the built image (FROM_DEF=1:
 
 sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
 	$(PYTHON) -m containers.build sqfs --flavor $(FLAVOR)
+
+install-wheels: venv  ## wheels of the host's chainermn-rt for `make install` (for $(PYTHON)'s version)
+	$(PY) -m bench.offline_wheels --host $(PYTHON) --out build/install-wheels
+
+install: install-wheels  ## make install SITE=FILE PREFIX=DIR [IMAGE=PATH]: the bundle and its module files (docs/install.md)
+	$(RT) install --site "$(SITE)" --prefix "$(PREFIX)" $(if $(IMAGE),--image "$(IMAGE)") \
+		--wheels build/install-wheels --python $(PYTHON)
 
 offline-wheels: venv  ## what bench/gpu_check.py's offline GPU machine lacks, in build/offline-wheels (docs/benchmarks.md)
 	$(PY) -m bench.offline_wheels --out build/offline-wheels

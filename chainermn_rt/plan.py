@@ -31,6 +31,7 @@ from chainermn_rt.site import (
     ENV_NAME,
     RANK_LAUNCHERS,
     RUNTIMES,
+    Container,
     Partition,
     Site,
     check_printable,
@@ -159,22 +160,33 @@ def _container(site: Site, req: Request) -> tuple[str, tuple[str, ...], tuple[st
         raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
     check_printable(image, "--image")
+    return runtime, *container_argv(c, runtime, image)
+
+
+def container_argv(c: Container, runtime: str, image: str
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(argv before a command that runs it in ``image``, extra srun flags) for a runtime
+    other than none; the job script's rank step and an install's wrappers use it.
+
+    >>> container_argv(Container(binds=("/data",)), "charliecloud", "/img")
+    (('ch-run', '--set-env', '-b', '/data', '/img', '--'), ())
+    """
     binds = c.binds
     if runtime in ("apptainer", "singularity"):
         argv = [runtime, "exec", "--nv"]
         for b in binds:
             argv += ["--bind", b]
-        return runtime, (*argv, *c.flags, image), ()
+        return (*argv, *c.flags, image), ()
     if runtime == "charliecloud":
         argv = ["ch-run", "--set-env"]
         for b in binds:
             argv += ["-b", b]
-        return runtime, (*argv, *c.flags, image, "--"), ()
+        return (*argv, *c.flags, image, "--"), ()
     # pyxis: the container is a property of the srun step, not a wrapper command.
     flags = [f"--container-image={image}"]
     if binds:
         flags.append("--container-mounts=" + ",".join(binds))
-    return runtime, (), (*flags, *c.flags)
+    return (), (*flags, *c.flags)
 
 
 def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,

@@ -12,20 +12,23 @@ Request(nodes=2, command=('true',), gpus_per_node=None, ...)
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from chainermn_rt.arguments import integer
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import LOG_PATTERN, Request
-from chainermn_rt.site import Site, load_site, resolve_site
+from chainermn_rt.site import SITE_VAR, Site, load_site, resolve_site
 
 
 def add_site_arguments(parser: argparse.ArgumentParser, nodes: bool = True,
                        required: bool = True) -> None:
     """Where and with what a job runs: ``render``, ``submit``, ``doctor``, ``scaling``."""
     a = parser.add_argument
-    a("--site", required=required,
-      help="a site profile (.toml) or a shipped one's name (sandbox, ...)")
+    installed = os.environ.get(SITE_VAR) or None  # set by an install's module
+    a("--site", required=required and installed is None, default=installed,
+      help=f"a site profile (.toml) or a shipped one's name (sandbox, ...); default: "
+           f"${SITE_VAR} ({installed or 'not set'})")
     if nodes:
         a("--nodes", type=integer(1), required=required, help="number of nodes")
     a("--gpus-per-node", type=integer(0),

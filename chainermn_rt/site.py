@@ -48,6 +48,9 @@ from chainermn_rt.rank_contract import (
 )
 from chainermn_rt.sbatch_options import PLAN_OPTIONS, claimed_by
 
+# the profile `render`, `submit`, `doctor` and `scaling` use without --site (set by the module
+# of an install, docs/install.md)
+SITE_VAR = "CHAINERMN_RT_SITE"
 RANK_LAUNCHERS = ("srun", "mpirun")  # what a job script starts its ranks with
 SRUN_MPI = ("pmix", "pmi2")
 RUNTIMES = ("none", "apptainer", "singularity", "charliecloud", "pyxis")

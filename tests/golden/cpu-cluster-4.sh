@@ -13,6 +13,11 @@
 #SBATCH --output=%x-%j.out
 set -euo pipefail
 
+# A batch shell has `module` only from a login shell or BASH_ENV.
+if ! type module >/dev/null 2>&1; then
+  echo "chainermn-rt: no 'module' command in this batch shell: set BASH_ENV to your module system's init/bash (Lmod: /usr/share/lmod/lmod/init/bash) or start the script with #!/bin/bash -l" >&2
+  exit 1
+fi
 # Modules may read unset variables.
 set +u
 module load openmpi/4.1.6

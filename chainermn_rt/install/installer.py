@@ -1,0 +1,298 @@
+"""Install the bundle for a site under a prefix (``chainermn-rt install``, ``make install``).
+
+Everything is checked before anything is written; the install is then built in a folder
+beside its place (``PREFIX/.chainermn-rt-install-*``) and renamed into place, the module files
+last, so an interrupted install leaves nothing a module could point at.
+
+    PREFIX/chainermn-rt/<version>-<flavor>/
+        image/NAME        the image, copied read-only (sha256 in MANIFEST.json)
+        site.toml         the profile, container.image pointing at image/NAME
+        bin/              python3, python (not for pyxis), chainermn-rt
+        venv/             the host's chainermn-rt (Python >= 3.11, from wheels, offline)
+        MANIFEST.json
+    PREFIX/modulefiles/chainermn-rt/<version>-<flavor>.lua     (Lmod)
+    PREFIX/modulefiles-tcl/chainermn-rt/<version>-<flavor>     (Environment Modules)
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+from chainermn_rt.errors import UserError
+from chainermn_rt.install import modulefiles, wrappers
+from chainermn_rt.install.layout import FLAVORS, NAME, Layout
+from chainermn_rt.site import Site, load_site, parse_site
+
+MIN_PYTHON = (3, 11)
+# what the host's chainermn-rt imports (render's templates); wheels for the host's Python
+HOST_WHEELS = ("chainermn_rt", "jinja2", "markupsafe")
+# the image each runtime can run, as a check and a phrase for the error
+IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (make charliecloud)"),
+               "apptainer": (".sif", "a .sif file (make sif)"),
+               "singularity": (".sif", "a .sif file (make sif)"),
+               "pyxis": (".sqsh", "a squashfs file ending in .sqsh (make sqfs)")}
+VERSIONS_IN_IMAGE = Path("opt/chainermn_rt/VERSIONS")
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version(NAME)
+
+
+def check_image(runtime: str, image: Path | None) -> Path | None:
+    """The image the profile's runtime can run, or None for runtime none."""
+    if runtime == "none":
+        if image is not None:
+            raise UserError(f"--image: {image}: the profile's runtime is none, which runs no "
+                            "image; allowed: no --image, or a profile with a container runtime")
+        return None
+    kind, phrase = IMAGE_KINDS[runtime]
+    if image is None:
+        raise UserError(f"--image: missing; allowed: {phrase}, for the profile's runtime "
+                        f"{runtime}")
+    if not os.access(image, os.R_OK) or not image.exists():
+        raise UserError(f"--image: {image} is missing or unreadable; allowed: {phrase}")
+    fits = image.is_dir() if kind == "dir" else (image.is_file() and image.suffix == kind)
+    if not fits:
+        raise UserError(f"--image: {image} is not what runtime {runtime} runs; allowed: {phrase}")
+    return image.absolute()
+
+
+def image_flavor(image: Path | None, given: str | None) -> str:
+    """The flavour written in a folder image's VERSIONS, else ``given`` (default cpu)."""
+    found = None
+    if image is not None and image.is_dir():
+        try:
+            found = tomllib.loads((image / VERSIONS_IN_IMAGE).read_text()).get("flavor")
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            raise UserError(f"--image: {image} has no readable /{VERSIONS_IN_IMAGE}; allowed: "
+                            "an image made by `make image`") from None
+    if found and given and found != given:
+        raise UserError(f"--flavor: {given}, but {image} is the {found} flavour; allowed: "
+                        f"{found}, or leave it out")
+    flavor = found or given or "cpu"
+    if flavor not in FLAVORS:
+        raise UserError(f"--flavor: {flavor!r}; allowed: {' | '.join(FLAVORS)}")
+    return flavor
+
+
+def check_prefix(prefix: Path) -> Path:
+    prefix = prefix.absolute()
+    existing = next(p for p in (prefix, *prefix.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--prefix: {prefix}: {existing} is not a writable folder; allowed: a "
+                        "folder this user may write (new or existing)")
+    return prefix
+
+
+def check_python(python: str) -> str:
+    """An interpreter of at least MIN_PYTHON for the host's venv."""
+    want = ".".join(map(str, MIN_PYTHON))
+    try:
+        proc = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        found = tuple(int(x) for x in proc.stdout.split())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        found = ()
+    if len(found) != 2 or found < MIN_PYTHON:
+        said = ".".join(map(str, found)) if found else "no answer"
+        raise UserError(f"--python: {python} ({said}); allowed: Python >= {want}, for the host's"
+                        " chainermn-rt")
+    return python
+
+
+def check_wheels(folder: Path) -> Path:
+    names = [p.name.lower() for p in folder.glob("*.whl")] if folder.is_dir() else []
+    missing = [w for w in HOST_WHEELS if not any(n.startswith(w + "-") for n in names)]
+    if missing:
+        raise UserError(f"--wheels: {folder} lacks {', '.join(missing)}; allowed: the folder "
+                        "`make install-wheels` fills")
+    return folder.absolute()
+
+
+def with_image(text: str, image: str) -> str:
+    """The profile's text with ``container.image`` set to ``image`` (its ``[container]`` table
+    edited in place, comments kept); ValueError where there is no such table.
+
+    >>> print(with_image('name = "x"\\n[container]\\nruntime = "charliecloud"\\n', "/i"))
+    name = "x"
+    [container]
+    image = "/i"
+    runtime = "charliecloud"
+    <BLANKLINE>
+    """
+    lines = text.splitlines(keepends=True)
+    header = next((i for i, line in enumerate(lines)
+                   if re.match(r"\s*\[container\]\s*(#.*)?$", line)), None)
+    if header is None:
+        raise ValueError("no [container] table")
+    end = next((i for i in range(header + 1, len(lines)) if re.match(r"\s*\[", lines[i])),
+               len(lines))
+    body = [line for line in lines[header + 1:end] if not re.match(r"\s*image\s*=", line)]
+    new = f"image = {json.dumps(image)}\n"
+    return "".join(lines[:header + 1] + [new] + body + lines[end:])
+
+
+def tree_sha256(path: Path) -> str:
+    """sha256 of a file, or of a folder's every entry (name, kind, mode, content or target)."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    for entry in sorted(path.rglob("*")):
+        info = entry.lstat()
+        digest.update(f"{entry.relative_to(path)}\0{stat.S_IFMT(info.st_mode)}\0"
+                      f"{stat.S_IMODE(info.st_mode) & 0o555:o}\0".encode())
+        if entry.is_symlink():
+            digest.update(os.readlink(entry).encode())
+        elif entry.is_file():
+            digest.update(tree_sha256(entry).encode())
+    return digest.hexdigest()
+
+
+def _read_only(path: Path) -> None:
+    """No write bit anywhere below ``path`` (links untouched)."""
+    entries = [path] + ([] if path.is_file() else list(path.rglob("*")))
+    for entry in reversed(entries):  # children before their folder
+        if not entry.is_symlink():
+            entry.chmod(stat.S_IMODE(entry.lstat().st_mode) & ~0o222)
+
+
+def _writable(path: Path) -> None:
+    """Undo :func:`_read_only` so that a failed stage can be removed."""
+    for entry in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if not entry.is_symlink():
+            entry.chmod(stat.S_IMODE(entry.lstat().st_mode) | 0o200)
+
+
+def _bind_targets(site: Site, image: Path) -> list[str]:
+    """Charliecloud binds only onto folders the image has: make each bind's target."""
+    made = []
+    for bind in site.container.binds:
+        src, _, rest = bind.partition(":")
+        target = (rest.partition(":")[0] or src).lstrip("/")
+        if target and not (image / target).exists():
+            (image / target).mkdir(parents=True)
+            made.append("/" + target)
+    return made
+
+
+def _venv(python: str, home: Path, wheels: Path) -> None:
+    """The host's chainermn-rt: a venv of ``python`` and the wheels, offline."""
+    venv = home / "venv"
+    for argv, flag in (([python, "-m", "venv", "--without-pip", str(venv)], "--python"),
+                       ([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python3"),
+                         "install", "-q", "--no-index", "--no-deps", "--find-links",
+                         str(wheels), *HOST_WHEELS], "--wheels")):
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise UserError(f"{flag}: {' '.join(argv[:3])}... failed: "
+                            f"{said[-1] if said else 'no message'}; allowed: wheels made for "
+                            f"this Python (make install-wheels PYTHON={python})")
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
+            flavor: str | None = None, python: str = "python3") -> Layout:
+    """Check everything, then build the install beside PREFIX and rename it into place."""
+    site = load_site(site_file, "--site")
+    runtime = site.container.runtime
+    image = check_image(runtime, image)
+    where = Layout(check_prefix(prefix), _version(), image_flavor(image, flavor))
+    for path in (where.home, where.lua, where.tcl):
+        if path.exists() or path.is_symlink():
+            raise UserError(f"--prefix: {NAME} {where.module_version} is already installed "
+                            f"there ({path}); allowed: another prefix, or remove that version")
+    check_wheels(wheels)
+    check_python(python)
+    text = site_file.read_text(encoding="utf-8")
+    image_path = str(where.image(image.name)) if image else None
+    if image_path:
+        try:
+            text = with_image(text, image_path)
+        except ValueError:
+            raise UserError(f"--site: {site_file}: container.image cannot be set (no "
+                            "[container] table); allowed: a profile with a [container] "
+                            "table") from None
+        if parse_site(tomllib.loads(text), site_file) != replace(
+                site, container=replace(site.container, image=image_path)):
+            raise UserError(f"--site: {site_file}: container.image cannot be set in its text; "
+                            "allowed: image = \"...\" as a line of the [container] table")
+
+    where.prefix.mkdir(parents=True, exist_ok=True)
+    stage_dir = Path(tempfile.mkdtemp(prefix=f".{NAME}-install-", dir=where.prefix))
+    stage = Layout(stage_dir, where.version, where.flavor)
+    placed: list[Path] = []
+    try:
+        for folder in (stage.bin, stage.lua.parent, stage.tcl.parent):
+            folder.mkdir(parents=True)
+        manifest = {"name": NAME, "version": where.version, "flavor": where.flavor,
+                    "runtime": runtime, "site": str(site_file.absolute()),
+                    "installed": datetime.datetime.now(datetime.UTC).isoformat(
+                        timespec="seconds")}
+        if image is not None:
+            copy = stage.image(image.name)
+            copy.parent.mkdir()
+            if image.is_dir():
+                shutil.copytree(image, copy, symlinks=True)
+                made = _bind_targets(site, copy) if runtime == "charliecloud" else []
+            else:
+                shutil.copy2(image, copy)
+                made = []
+            _read_only(copy)
+            manifest["image"] = {"source": str(image), "path": image_path,
+                                 "sha256": tree_sha256(copy), "bind_targets_made": made}
+        (stage.home / "site.toml").write_text(
+            f"# Installed by `chainermn-rt install` from {site_file.absolute()}"
+            + (f"; container.image is this install's copy of {image}" if image else "")
+            + ".\n" + text)
+        _venv(python, stage.home, wheels)
+        py = wrappers.python(site.container, image_path, str(where.venv), where.module_version)
+        if py is not None:
+            for name in ("python3", "python"):
+                _executable(stage.bin / name, py)
+        _executable(stage.bin / NAME, wrappers.chainermn_rt(str(where.venv),
+                                                            where.module_version))
+        stage.manifest.write_text(json.dumps(manifest, indent=1) + "\n")
+        image_name = str(image) if image else None
+        stage.lua.write_text(modulefiles.lua(where, site.name, image_name))
+        stage.tcl.write_text(modulefiles.tcl(where, site.name, image_name))
+        # into place: the version's folder, then the module files that name it
+        for made, final in ((stage.home, where.home), (stage.lua, where.lua),
+                            (stage.tcl, where.tcl)):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(made, final)
+            placed.append(final)
+    except BaseException:
+        for final in reversed(placed):  # back out of a half-done move
+            if final.is_dir():
+                _writable(final)
+                shutil.rmtree(final)
+            else:
+                final.unlink()
+        raise
+    finally:
+        if stage_dir.exists():
+            _writable(stage_dir)
+            shutil.rmtree(stage_dir)
+    return where
