@@ -22,8 +22,9 @@ import pytest
 mpi4py.rc.initialize = False
 mpi4py.rc.finalize = False
 
-# session-scoped fixtures: `sandbox` (real Slurm); `engine`, `cpu_image`, `gpu_image` (Docker)
-pytest_plugins = ["fixtures_sandbox", "fixtures_docker"]
+# session-scoped fixtures: `sandbox` (real Slurm); `engine`, `cpu_image`, `gpu_image` (Docker);
+# `wheels` (the host venv of `chainermn-rt install`)
+pytest_plugins = ["fixtures_sandbox", "fixtures_docker", "fixtures_install"]
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

@@ -9,9 +9,11 @@ the images (most of the suite's time) compile while the other tests run.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +175,17 @@ def ch_run(image_dir, *argv, check=True):
                  "--", *argv], env=env, check=check)
 
 
+def charliecloud_site(sandbox, image_dir: Path, tmp_path: Path, *more_binds: str) -> Path:
+    """The sandbox profile with the charliecloud runtime: the sandbox's state (slurmd's spool
+    with the PMIx sockets), the job's folder and ``more_binds`` appear at the same paths inside
+    (ch-run binds only onto folders that exist in the image); examples/ at /mnt."""
+    site_text = (REPO / "slurm/sites/sandbox.toml").read_text()
+    binds = [f"{REPO / 'examples'}:/mnt", str(sandbox.state_dir), str(tmp_path), *more_binds]
+    for path in binds[1:]:
+        (image_dir / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    container = ('[container]\nruntime = "charliecloud"\n'
+                 f'image = "{image_dir}"\nbinds = {json.dumps(binds)}')
+    assert '[container]\nruntime = "none"' in site_text
+    site = tmp_path / "sandbox-charliecloud.toml"
+    site.write_text(site_text.replace('[container]\nruntime = "none"', container))
+    return site

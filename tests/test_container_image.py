@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from fixtures_docker import MNIST, _run, ch_run, docker_run
+from fixtures_docker import MNIST, _run, ch_run, charliecloud_site, docker_run
 
 from containers import build as image_build
 from containers.dockerd import DOCKER
@@ -158,22 +158,6 @@ def test_two_ranks_train_mnist_under_ch_run(charliecloud_dir):
                   "/mnt/" + MNIST[0], *MNIST[1:])
     digests = re.findall(r"rank (\d) parameters sha256 (\w+)", proc.stdout)
     assert sorted(r for r, _ in digests) == ["0", "1"] and len({d for _, d in digests}) == 1
-
-
-def charliecloud_site(sandbox, image_dir: Path, tmp_path: Path, *more_binds: str) -> Path:
-    """The sandbox profile with the charliecloud runtime: the sandbox's state (slurmd's spool
-    with the PMIx sockets), the job's folder and ``more_binds`` appear at the same paths inside
-    (ch-run binds only onto folders that exist in the image); examples/ at /mnt."""
-    site_text = (REPO / "slurm/sites/sandbox.toml").read_text()
-    binds = [f"{REPO / 'examples'}:/mnt", str(sandbox.state_dir), str(tmp_path), *more_binds]
-    for path in binds[1:]:
-        (image_dir / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    container = ('[container]\nruntime = "charliecloud"\n'
-                 f'image = "{image_dir}"\nbinds = {json.dumps(binds)}')
-    assert '[container]\nruntime = "none"' in site_text
-    site = tmp_path / "sandbox-charliecloud.toml"
-    site.write_text(site_text.replace('[container]\nruntime = "none"', container))
-    return site
 
 
 @pytest.mark.slurm

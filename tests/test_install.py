@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures_install import install
 
 from chainermn_rt.install import wrappers
 from chainermn_rt.site import Container, load_site
@@ -24,21 +25,6 @@ from conftest import REPO, require_commands
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 MODULES_CACHE = REPO / "build" / "environment-modules"
 SANDBOX = REPO / "slurm/sites/sandbox.toml"
-
-
-@pytest.fixture(scope="session")
-def wheels(tmp_path_factory):
-    """The host venv's wheels, made here as `make install-wheels` makes them."""
-    out = tmp_path_factory.mktemp("install-wheels")
-    subprocess.run([sys.executable, "-m", "bench.offline_wheels", "--host", sys.executable,
-                    "--out", str(out)], cwd=REPO, check=True, capture_output=True, timeout=600)
-    return out
-
-
-def install(wheels: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chainermn_rt", "install", "--wheels",
-                           str(wheels), "--python", sys.executable, *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
