@@ -16,7 +16,7 @@ DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates
 
 .PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
-	recipes image image-doctor base sif sqfs offline-wheels install-wheels install clean
+	recipes image image-doctor base sif sqfs offline-wheels install-wheels install reframe-venv clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -90,6 +90,11 @@ install-wheels: venv  ## wheels of the host's chainermn-rt for `make install` (f
 install: install-wheels  ## make install SITE=FILE PREFIX=DIR [IMAGE=PATH]: the bundle and its module files (docs/install.md)
 	$(RT) install --site "$(SITE)" --prefix "$(PREFIX)" $(if $(IMAGE),--image "$(IMAGE)") \
 		--wheels build/install-wheels --python $(PYTHON)
+
+reframe-venv: venv  ## ReFrame 4.10.4 for the checks in chainermn_rt/reframe (build/reframe-venv; docs/reframe.md)
+	$(PYTHON) -m venv build/reframe-venv
+	build/reframe-venv/bin/pip install -q --no-deps $$($(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["reframe"])')
+	build/reframe-venv/bin/pip install -q --no-deps .
 
 offline-wheels: venv  ## what bench/gpu_check.py's offline GPU machine lacks, in build/offline-wheels (docs/benchmarks.md)
 	$(PY) -m bench.offline_wheels --out build/offline-wheels

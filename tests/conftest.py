@@ -24,7 +24,7 @@ mpi4py.rc.finalize = False
 
 # session-scoped fixtures: `sandbox` (real Slurm); `engine`, `cpu_image`, `gpu_image` (Docker);
 # `wheels` (the host venv of `chainermn-rt install`)
-pytest_plugins = ["fixtures_sandbox", "fixtures_docker", "fixtures_install"]
+pytest_plugins = ["fixtures_sandbox", "fixtures_docker", "fixtures_install", "fixtures_reframe"]
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

@@ -228,3 +228,17 @@ def test_a_failing_venv_step_leaves_nothing_under_the_prefix(wheels, tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith(
         "chainermn-rt install: error: --wheels: "), proc.stderr
     assert list((tmp_path / "sw").iterdir()) == []
+
+
+def test_every_package_of_chainermn_rt_goes_into_the_wheel(prefix):
+    """pyproject's explicit package list: a sub-package left out is missing from the wheel
+    (and from every install): here, the installed command's own install sub-command."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts)
+             for p in (REPO / "chainermn_rt").rglob("__init__.py")}
+    assert found - listed == set()
+    proc = _shell(f"{prefix}/chainermn-rt/0.1.0-cpu/bin/chainermn-rt install --help", {})
+    assert proc.returncode == 0, proc.stderr

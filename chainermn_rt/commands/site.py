@@ -1,6 +1,8 @@
 """``chainermn-rt site check FILE [--live]``: validate a profile; compare it with the cluster.
 ``chainermn-rt site init --partition P --output FILE``: write a profile from what the cluster
-reports (docs/site-profiles.md, "Writing a profile with site init")."""
+reports (docs/site-profiles.md, "Writing a profile with site init").
+``chainermn-rt site reframe --site FILE --output cfg.py``: a ReFrame configuration for the
+profile (docs/reframe.md)."""
 
 from __future__ import annotations
 
@@ -31,10 +33,57 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="the profile to write (.toml)")
     init.add_argument("--name", help="the site's name (default: Slurm's ClusterName)")
     init.add_argument("--force", action="store_true", help="replace an existing --output")
+    reframe = actions.add_parser(
+        "reframe", help="write a ReFrame configuration for the profile; its checks ship in "
+        "the package (docs/reframe.md)")
+    reframe.add_argument("--site", required=True, help="a site profile (.toml) or a shipped "
+                         "one's name")
+    reframe.add_argument("--output", type=Path, required=True, metavar="FILE",
+                         help="the configuration to write (.py)")
+    reframe.add_argument("--scheduler", choices=("auto", "slurm", "squeue"), default="auto",
+                         help="ReFrame's job backend; auto: squeue where Slurm keeps no "
+                         "accounting (asks scontrol show config), else slurm")
+    reframe.add_argument("--python", help="the ranks' Python (default: the profile's, else "
+                         "this one)")
+    reframe.add_argument("--force", action="store_true", help="replace an existing --output")
 
 
 def run(args: argparse.Namespace) -> int:
-    return _init(args) if args.action == "init" else _check(args)
+    return {"init": _init, "reframe": _reframe}.get(args.action, _check)(args)
+
+
+def _new_output(args: argparse.Namespace, suffix: str) -> Path:
+    output = output_file(args.output, "--output", (suffix,))
+    if output.exists() and not args.force:
+        raise UserError(f"--output: {output} exists; allowed: a new file, or --force to "
+                        "replace it")
+    return output
+
+
+def _reframe(args: argparse.Namespace) -> int:
+    import sys
+
+    from chainermn_rt.files import write_atomically
+    from chainermn_rt.reframe.config import config_text, configuration
+    from chainermn_rt.slurm_records import config
+    from chainermn_rt.submission import Cluster
+
+    output = _new_output(args, ".py")
+    site = load_site(resolve_site(args.site), "--site")
+    scheduler = args.scheduler
+    if scheduler == "auto":
+        conf = config(Cluster.of(site).slurm.output(["scontrol", "show", "config"]))
+        none = conf.get("AccountingStorageType", "accounting_storage/none").endswith("/none")
+        scheduler = "squeue" if none else "slurm"
+    # the ranks' Python: as given, else the Plan's choice (the profile's, the container's),
+    # else (bare metal) this one: ReFrame's own would lack the stack
+    python = args.python or site.python or (
+        sys.executable if site.container.runtime == "none" else None)
+    text = config_text(configuration(site, scheduler, python), str(site.path))
+    write_atomically(output, lambda f: f.write(text))
+    print(f"wrote {output}: system {site.name}, scheduler {scheduler}, partitions "
+          f"{', '.join(p.name for p in site.partitions)}")
+    return 0
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -62,10 +111,7 @@ def _init(args: argparse.Namespace) -> int:
     from chainermn_rt.site_init.survey import survey
     from chainermn_rt.slurm_client import Slurm
 
-    output = output_file(args.output, "--output", (".toml",))
-    if output.exists() and not args.force:
-        raise UserError(f"--output: {output} exists; allowed: a new file, or --force to "
-                        "replace it")
+    output = _new_output(args, ".toml")
     if args.name is not None and not NAME.match(args.name):
         raise UserError(f"--name: {args.name!r}; allowed: letters, digits, '.', '_', '-'")
     if len(set(args.partition)) != len(args.partition):

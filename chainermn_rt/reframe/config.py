@@ -1,0 +1,83 @@
+"""A ReFrame configuration for a site profile (``chainermn-rt site reframe``).
+
+One system named after the site; one ReFrame partition per profile partition: scheduler
+``squeue`` where Slurm keeps no accounting (the sandbox: ReFrame's ``slurm`` backend asks
+sacct) else ``slurm``, launcher ``srun``, access ``--partition=P`` plus the profile's
+account, qos and extra sbatch options, a ``gpus`` resource for ``--gpus-per-node``, the
+node's GPUs and CPUs, and in ``extras`` what the checks need: the profile's path, the Python
+of the ranks, and ``allreduce_busbw_gbps``.
+
+>>> from chainermn_rt.site import load_site
+>>> conf = configuration(load_site("slurm/sites/sandbox.toml"), "squeue", "/usr/bin/python3")
+>>> part = conf["systems"][0]["partitions"][0]
+>>> part["name"], part["scheduler"], part["access"], part["devices"]
+('gpu', 'squeue', ['--partition=gpu'], [{'type': 'gpu', 'num_devices': 4}])
+"""
+
+from __future__ import annotations
+
+import pprint
+import re
+
+from chainermn_rt.errors import UserError
+from chainermn_rt.site import Partition, Site
+
+SCHEDULERS = ("slurm", "squeue")
+ENVIRON = "chainermn-rt"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")  # ReFrame's system and partition names
+
+
+def _name(text: str, what: str) -> str:
+    if not _NAME.match(text):
+        raise UserError(f"{what}: {text!r} is not a ReFrame name; allowed: a letter or _, then "
+                        "letters, digits, _ and -")
+    return text
+
+
+def _options(options: tuple[tuple[str, str | None], ...]) -> list[str]:
+    return [f"--{key}" if value is None else f"--{key}={value}" for key, value in options]
+
+
+def _partition(site: Site, p: Partition, scheduler: str, python: str | None) -> dict:
+    access = [f"--partition={p.name}"]
+    access += [f"--{key}={value}" for key, value in (("account", site.account),
+                                                     ("qos", site.qos)) if value]
+    access += _options(site.sbatch) + _options(p.sbatch)
+    extras = {"chainermn_rt_site": str(site.path.absolute()), "chainermn_rt_python": python,
+              "nodes": p.nodes, "gpus_per_node": p.topology.gpus}
+    if site.allreduce_busbw_gbps is not None:
+        extras["allreduce_busbw_gbps"] = site.allreduce_busbw_gbps
+    part = {"name": _name(p.name, f"partition {p.name!r}"),
+            "descr": f"{p.nodes} nodes x {len(p.topology.slots)} ranks, {p.topology.gpus} GPUs",
+            "scheduler": scheduler, "launcher": "srun", "access": access,
+            "environs": [ENVIRON], "max_jobs": 4,
+            "resources": [{"name": "gpus", "options": ["--gpus-per-node={num_gpus_per_node}"]}],
+            "processor": {"num_cpus": p.cpus_per_node}, "extras": extras}
+    if p.topology.gpus:
+        part["devices"] = [{"type": "gpu", "num_devices": p.topology.gpus}]
+    return part
+
+
+def configuration(site: Site, scheduler: str, python: str | None) -> dict:
+    """``python``: the ranks' interpreter; None lets each check's Plan choose."""
+    if scheduler not in SCHEDULERS:
+        raise UserError(f"--scheduler: {scheduler!r}; allowed: {' | '.join(SCHEDULERS)}")
+    if site.launcher != "srun":
+        raise UserError(f"{site.path}: launcher {site.launcher}; allowed: srun (ReFrame's srun "
+                        "launcher runs the checks)")
+    name = _name(site.name, f"{site.path}: name")
+    return {
+        "systems": [{"name": name, "descr": site.description or f"site {name}",
+                     "hostnames": [".*"], "modules_system": "nomod",
+                     "partitions": [_partition(site, p, scheduler, python)
+                                    for p in site.partitions]}],
+        "environments": [{"name": ENVIRON, "target_systems": [name]}],
+    }
+
+
+def config_text(conf: dict, source: str) -> str:
+    """The configuration as the Python file ReFrame's ``-C`` reads."""
+    return (f"# ReFrame configuration written by `chainermn-rt site reframe` from {source}.\n"
+            "# Run the checks: reframe -C THIS_FILE -c \"$(python3 -m chainermn_rt.reframe."
+            "checks_path)\" -r\n"
+            f"site_configuration = {pprint.pformat(conf, width=96, sort_dicts=False)}\n")

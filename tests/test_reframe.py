@@ -1,0 +1,107 @@
+"""ReFrame's job scripts for chainermn-rt's checks run what chainermn-rt's own job scripts run:
+``reframe --dry-run`` (no Slurm) on the configuration ``site reframe`` writes.
+tests/test_reframe_sandbox.py runs the checks on the sandbox."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_reframe import reframe
+
+from chainermn_rt.doctor.job import doctor_plan
+from chainermn_rt.plan import Request
+from chainermn_rt.render import render
+from chainermn_rt.site import load_site, resolve_site
+
+from conftest import REPO
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chainermn_rt", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _launch_line(script: str) -> list[str]:
+    """The rank step's line of a job script (continuation lines joined), as argv."""
+    lines = script.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    joined = ""
+    for line in lines[start:]:
+        joined += line.rstrip("\\").rstrip() + " "
+        if not line.endswith("\\"):
+            break
+    argv = shlex.split(joined)
+    return argv[:-1] if argv[-1] == "&" else argv
+
+
+@pytest.mark.parametrize("site_name, partition", [("sandbox", "gpu"), ("dgx-h100", "batch")])
+def test_the_dry_run_script_runs_the_rendered_launch_line(reframe_venv, tmp_path, site_name,
+                                                           partition):
+    config = tmp_path / "config.py"
+    made = cli("site", "reframe", "--site", site_name, "--output", config, "--scheduler",
+               "squeue")
+    assert made.returncode == 0, made.stderr
+    site = load_site(resolve_site(site_name))
+    proc = reframe(reframe_venv, config, ["--dry-run", "-n", "ChainermnRtDoctor", "--system",
+                                          f"{site.name}:{partition}"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stage = tmp_path / "stage" / site.name / partition / "chainermn-rt" / "ChainermnRtDoctor"
+    script = (stage / "rfm_job.sh").read_text()
+    python = sys.executable if site.container.runtime == "none" else None
+    plan = doctor_plan(site, Request(nodes=2, partition=partition, python=python),
+                       stage / "reports")
+    rendered = _launch_line(render(plan))
+    found = _launch_line(script)
+    # ReFrame's srun launcher adds --cpus-per-task (Slurm 22.05's srun does not inherit it)
+    assert found == [rendered[0], f"--cpus-per-task={plan.cpus_per_task}", *rendered[1:]]
+    if site.container.runtime == "pyxis":
+        assert any(word.startswith("--container-image=") for word in found)
+    assert "#SBATCH --no-requeue" in script.splitlines()
+    assert f"#SBATCH --gpus-per-node={plan.gpus_per_node}" in script.splitlines()
+    # the environment, exported as ReFrame writes it, reads back byte for byte
+    exports = "\n".join(line for line in script.splitlines() if line.startswith("export "))
+    read = subprocess.run(["bash", "-c", exports + '\nprintf %s "$CHAINERMN_RT_SLOTS"'],
+                          capture_output=True, text=True, check=True).stdout
+    assert read == dict(plan.environment)["CHAINERMN_RT_SLOTS"]
+
+
+def test_the_configuration_carries_the_profile(tmp_path):
+    """scheduler, access with the profile's sbatch options, devices and the expectation."""
+    site_file = tmp_path / "site.toml"
+    site_file.write_text((REPO / "slurm/sites/dgx-h100.toml").read_text()
+                         + "\n[checks]\nallreduce_busbw_gbps = 180.0\n")
+    config = tmp_path / "config.py"
+    assert cli("site", "reframe", "--site", site_file, "--output", config, "--scheduler",
+               "slurm").returncode == 0
+    namespace: dict = {}
+    exec(config.read_text(), namespace)  # noqa: S102 - the file ReFrame itself executes
+    system = namespace["site_configuration"]["systems"][0]
+    batch = system["partitions"][0]
+    assert (system["name"], batch["name"], batch["scheduler"], batch["launcher"]) == (
+        "dgx-h100", "batch", "slurm", "srun")
+    assert batch["access"] == ["--partition=batch", "--account=ml-research", "--constraint=ndr",
+                               "--exclusive"]
+    assert batch["devices"] == [{"type": "gpu", "num_devices": 8}]
+    assert batch["extras"]["allreduce_busbw_gbps"] == 180.0
+    assert batch["extras"]["chainermn_rt_python"] is None  # pyxis: the container's python3
+
+
+@pytest.mark.parametrize("args, status, line", [
+    (["--site", "sandbox", "--output", "{tmp}/c.txt"], 2,
+     "--output: {tmp}/c.txt; allowed: a file ending in .py"),
+    (["--site", "sandbox", "--output", "{tmp}/exists.py"], 2,
+     "--output: {tmp}/exists.py exists; allowed: a new file, or --force to replace it"),
+    (["--site", "cpu-cluster", "--output", "{tmp}/c.py", "--scheduler", "squeue"], 2,
+     "{site}: launcher mpirun; allowed: srun (ReFrame's srun launcher runs the checks)"),
+])
+def test_bad_input_is_one_line_and_nothing_written(tmp_path, args, status, line):
+    (tmp_path / "exists.py").write_text("kept")
+    proc = cli("site", "reframe", *[a.format(tmp=tmp_path) for a in args])
+    expected = line.format(tmp=tmp_path, site=resolve_site("cpu-cluster"))
+    assert (proc.returncode, proc.stderr) == (status, f"chainermn-rt site: error: {expected}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exists.py"]
+    assert (tmp_path / "exists.py").read_text() == "kept"
