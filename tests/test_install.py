@@ -177,11 +177,11 @@ def _folder_sum(folder: Path) -> str:
      "--image, or a profile with a container runtime"),
     (["--site", "{tmp}/ch.toml", "--image", "{tmp}/img.sif"],
      "--image: {tmp}/img.sif is not what runtime charliecloud runs; allowed: a Charliecloud "
-     "image folder (make charliecloud)"),
+     "image folder (python -m containers.build chdir)"),
     (["--site", "{tmp}/ch.toml", "--image", "{tmp}/missing"],
      "--image: {tmp}/missing is missing or unreadable; allowed: a Charliecloud image folder"),
     (["--site", "{tmp}/ch.toml"],
-     "--image: missing; allowed: a Charliecloud image folder (make charliecloud), for the "
+     "--image: missing; allowed: a Charliecloud image folder (python -m containers.build chdir), for the "
      "profile's runtime charliecloud"),
     (["--site", "{tmp}/ap.toml", "--image", "{tmp}/imgdir"],
      "--image: {tmp}/imgdir is not what runtime apptainer runs; allowed: a .sif file"),
