@@ -181,8 +181,8 @@ def _folder_sum(folder: Path) -> str:
     (["--site", "{tmp}/ch.toml", "--image", "{tmp}/missing"],
      "--image: {tmp}/missing is missing or unreadable; allowed: a Charliecloud image folder"),
     (["--site", "{tmp}/ch.toml"],
-     "--image: missing; allowed: a Charliecloud image folder (python -m containers.build chdir), for the "
-     "profile's runtime charliecloud"),
+     "--image: missing; allowed: a Charliecloud image folder (python -m containers.build "
+     "chdir), for the profile's runtime charliecloud"),
     (["--site", "{tmp}/ap.toml", "--image", "{tmp}/imgdir"],
      "--image: {tmp}/imgdir is not what runtime apptainer runs; allowed: a .sif file"),
     (["--site", str(SANDBOX), "--prefix", "{tmp}/file/sw"],

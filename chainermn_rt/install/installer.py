@@ -39,7 +39,8 @@ MIN_PYTHON = (3, 11)
 # what the host's chainermn-rt imports (render's templates); wheels for the host's Python
 HOST_WHEELS = ("chainermn_rt", "jinja2", "markupsafe")
 # the image each runtime can run, as a check and a phrase for the error
-IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (python -m containers.build chdir)"),
+IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (python -m "
+                                        "containers.build chdir)"),
                "apptainer": (".sif", "a .sif file (make sif)"),
                "singularity": (".sif", "a .sif file (make sif)"),
                "pyxis": (".sqsh", "a squashfs file ending in .sqsh (make sqfs)")}
