@@ -193,12 +193,17 @@ def _bind_targets(site: Site, image: Path) -> list[str]:
     return made
 
 
-def _venv(python: str, home: Path, wheels: Path) -> None:
-    """The host's chainermn-rt: a venv of ``python`` and the wheels, offline."""
+def _venv(python: str, home: Path, wheels: Path, system_site: bool) -> None:
+    """The host's chainermn-rt: a venv of ``python`` and the wheels, offline. With
+    ``system_site`` (runtime none: its ``python3`` is the ranks') the site's own packages
+    (chainer, mpi4py) stay visible under the install's."""
     venv = home / "venv"
-    for argv, flag in (([python, "-m", "venv", "--without-pip", str(venv)], "--python"),
+    make = [python, "-m", "venv", "--without-pip", *(["--system-site-packages"] * system_site),
+            str(venv)]
+    for argv, flag in ((make, "--python"),
                        ([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python3"),
-                         "install", "-q", "--no-index", "--no-deps", "--find-links",
+                         "install", "-q", "--no-index", "--no-deps", "--ignore-installed",
+                         "--find-links",
                          str(wheels), *HOST_WHEELS], "--wheels")):
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
@@ -267,7 +272,7 @@ def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
             f"# Installed by `chainermn-rt install` from {site_file.absolute()}"
             + (f"; container.image is this install's copy of {image}" if image else "")
             + ".\n" + text)
-        _venv(python, stage.home, wheels)
+        _venv(python, stage.home, wheels, system_site=runtime == "none")
         py = wrappers.python(site.container, image_path, str(where.venv), where.module_version)
         if py is not None:
             for name in ("python3", "python"):

@@ -3,9 +3,10 @@
 ``python3`` and ``python`` run the image's Python with the profile's runtime and binds (the
 same argv a job script's rank step gets, :func:`chainermn_rt.plan.container_argv`); the
 environment passes through, so they work as ranks under ``srun --mpi=pmix``. With runtime
-``none`` they run the install's own venv. pyxis gets none: its containers are ``srun`` flags,
-not commands. ``chainermn-rt`` runs on the host from the install's venv (it calls sbatch,
-which the image lacks). Scripts, not aliases: an alias does not reach ``srun``'s tasks.
+``none`` they run the install's own venv, which sees the site's packages too. pyxis gets
+none: its containers are ``srun`` flags, not commands. ``chainermn-rt`` runs on the host
+from the install's venv (it calls sbatch, which the image lacks). Scripts, not aliases: an
+alias does not reach ``srun``'s tasks.
 
 >>> from chainermn_rt.site import Container
 >>> print(python(Container("charliecloud", binds=("/data",)), "/sw/img", "/sw/venv", "0.1.0-cpu"))
