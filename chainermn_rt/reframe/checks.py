@@ -7,9 +7,9 @@ runs it under ReFrame's ``srun`` launcher; none is ever requeued; nothing is dow
 
 - ``ChainermnRtDoctor``: the doctor's probe on every rank, then the doctor's checks over
   their reports; it passes when none fails.
-- ``ChainermnRtAllreduce``: ``bench allreduce`` at 64 MiB (MPI on CPU partitions, pure_nccl on
-  GPU ones, as the doctor measures); ``busbw`` against the profile's
-  ``allreduce_busbw_gbps``, at least half of it (the doctor's rule).
+- ``ChainermnRtAllreduce``: ``bench allreduce`` at 64 MiB, every communicator the ranks have;
+  ``busbw`` is pure_nccl's where they ran it, else MPI's (what the doctor measures), against
+  the profile's ``allreduce_busbw_gbps``: at least half of it (the doctor's rule).
 - ``ChainermnRtTrain``: ``bench train --model resnet50 --insize 32 --iterations 5``; images/s.
 """
 
@@ -103,12 +103,10 @@ class ChainermnRtAllreduce(_ChainermnRtCheck):
     descr = f"bench allreduce at {BUSBW_BYTES}: busbw against the profile's expectation"
 
     def plan(self, site: Site) -> Plan:
-        gpus = site.partition(self.current_partition.name).topology.gpus
-        self.communicator = "pure_nccl" if gpus else "mpi"
+        # every communicator the ranks have (pure_nccl only where each has a GPU with NCCL)
         return make_plan(site, Request(**{**self.request(site).__dict__,
                                           "module": "chainermn_rt", "command": (
-            "bench", "allreduce", "--min-bytes", BUSBW_BYTES, "--max-bytes", BUSBW_BYTES,
-            "--communicators", self.communicator)}))
+            "bench", "allreduce", "--min-bytes", BUSBW_BYTES, "--max-bytes", BUSBW_BYTES)}))
 
     @run_before("performance")
     def reference_from_the_profile(self):
@@ -122,8 +120,11 @@ class ChainermnRtAllreduce(_ChainermnRtCheck):
 
     @performance_function("GB/s")
     def busbw(self):
-        return sn.extractsingle(rf"^# average busbw \(GB/s\): {self.communicator} (\S+)$",
-                                self.stdout, 1, float)
+        """pure_nccl's where the ranks ran it, else MPI's: what the doctor measures."""
+        line = sn.evaluate(sn.extractsingle(r"^# average busbw \(GB/s\): (.*)$",
+                                            self.stdout, 1))
+        found = dict(pair.rsplit(" ", 1) for pair in line.split(", "))
+        return float(found.get("pure_nccl", found["mpi"]))
 
 
 @rfm.simple_test
