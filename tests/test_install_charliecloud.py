@@ -11,6 +11,7 @@ from fixtures_docker import charliecloud_site
 from fixtures_install import install
 
 from chainermn_rt.install.installer import tree_sha256
+from chainermn_rt.slurm_client import Slurm
 
 pytestmark = [pytest.mark.docker, pytest.mark.slurm]
 
@@ -32,9 +33,10 @@ def test_the_installed_image_runs_ranks_through_its_python3(sandbox, charlieclou
     assert manifest["image"]["sha256"] == tree_sha256(copy) == tree_sha256(charliecloud_dir)
     assert not [p for p in copy.rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o222]
     assert f'image = "{copy}"' in (home / "site.toml").read_text()
-    ranks = sandbox.slurm.run(["srun", "-N2", "--ntasks-per-node=2", "--mpi=pmix", "-p", "cpu",
-                               "-t", "5", str(home / "bin/python3"), "-c", ALLGATHER],
-                              timeout=300)
+    # ch-run wants $USER, which a login has and this test's environment may lack
+    slurm = Slurm(env={**sandbox.env(), "USER": "root"})
+    ranks = slurm.run(["srun", "-N2", "--ntasks-per-node=2", "--mpi=pmix", "-p", "cpu", "-t",
+                       "5", str(home / "bin/python3"), "-c", ALLGATHER], timeout=300)
     lines = sorted(re.findall(r"^rank \d of 4 in image True \[0, 1, 2, 3\]$", ranks.stdout,
                               re.M))
     assert (ranks.returncode, lines) == (0, [f"rank {r} of 4 in image True [0, 1, 2, 3]"
