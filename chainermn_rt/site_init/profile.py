@@ -80,7 +80,7 @@ def _runtime_stub(facts: Facts) -> list[str]:
         f"# runtime = {_q(found[0] if found else 'none')}   # {' | '.join(RUNTIMES)}; found: "
         f"{', '.join(found) or 'none'}",
         "# image = \"/shared/images/chainermn-rt_gpu\"   # `make image`, then `chainermn-rt "
-        "install` (docs/site-profiles.md)",
+        "install` (docs/install.md)",
         "# binds = [\"/shared:/shared\"]",
         "",
         "# [environment]                 # exported in every job script",
