@@ -39,6 +39,13 @@ def require_commands(*names: str) -> None:
                     pytrace=False)
 
 
+def folder_contents(path: Path) -> dict[str, bytes | str | None]:
+    """Everything below ``path``: a file's bytes, a link's target, None for a folder; equal
+    before and after means nothing was written, changed or removed."""
+    return {str(p.relative_to(path)): os.readlink(p) if p.is_symlink() else
+            p.read_bytes() if p.is_file() else None for p in sorted(path.rglob("*"))}
+
+
 def mpirun_argv(np: int) -> list[str]:
     """``mpirun -np N`` with the flags Open MPI needs here (root, 2 cores)."""
     require_commands("mpirun")

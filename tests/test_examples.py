@@ -17,7 +17,7 @@ import pytest
 from chainermn_rt.errors import UserError
 from examples.imagenet_data import CroppedImages, compute_mean, image_list, read_image, write_ppm
 
-from conftest import PYTHON, REPO, run_mpi
+from conftest import PYTHON, REPO, folder_contents, run_mpi
 
 MNIST = ["examples/train_mnist.py", "--n-train", "2000", "--n-test", "400", "--unit", "100",
          "--batchsize", "50", "--log-every", "10", "--no-progress"]
@@ -45,11 +45,6 @@ def check_run(stdout: str, out, images: int) -> list[tuple[int, float]]:
     assert ranks[0] == ranks[1], "parameters differ between ranks"
     assert images_trained(stdout) == images
     return losses(out)
-
-
-def tree(path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file()}
 
 
 @pytest.mark.mpi
@@ -83,7 +78,7 @@ def test_mnist_snapshots_and_resumes_bit_identically(tmp_path):
     shutil.copytree(out, damaged)
     newest = damaged / "snapshots" / "iter_000000040" / "rank_00001.npz"
     newest.write_bytes(newest.read_bytes()[:1000])  # truncated
-    before = tree(damaged)
+    before = folder_contents(damaged)
     proc = run_mpi(2, run + ["--out", str(tmp_path / "x"), "--resume", str(newest.parent)],
                    check=False)
     assert proc.returncode == 2, proc.stderr
@@ -91,7 +86,7 @@ def test_mnist_snapshots_and_resumes_bit_identically(tmp_path):
     assert errors == [f"chainermn-rt: error: resume: snapshot {newest.parent}: rank_00001.npz: "
                       "its sha256 differs from the manifest's (damaged or truncated); allowed: "
                       "the file as written"], proc.stderr
-    assert tree(damaged) == before and not (tmp_path / "x").exists()  # nothing written
+    assert folder_contents(damaged) == before and not (tmp_path / "x").exists()  # nothing written
 
     # sha-consistent but not an npz that fits its file: refused under --resume, skipped without
     bad = huge_array_npz()

@@ -23,6 +23,8 @@ from chainermn_rt import cli, submission
 from chainermn_rt.commands import bench, doctor, render, scaling
 from chainermn_rt.rank_contract import SETTINGS
 
+from conftest import folder_contents
+
 MANY = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 150)), deadline=None,
                 derandomize=os.environ.get("FUZZ_RANDOM") != "1",
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -69,11 +71,6 @@ CASES = [
     (["doctor", *SITE, "--nodes", "1"], "--bandwidth-bytes", "bandwidth_bytes"),
     (["doctor", *SITE, "--nodes", "1"], "--wait-timeout", "wait_timeout"),
 ]
-
-
-def tree(path: Path) -> dict[str, bytes | str | None]:
-    return {str(p.relative_to(path)): os.readlink(p) if p.is_symlink() else
-            p.read_bytes() if p.is_file() else None for p in sorted(path.rglob("*"))}
 
 
 class Seen(list):
@@ -135,10 +132,10 @@ def test_every_numeric_argument_is_refused_in_one_line_or_finite(stubbed, capsys
     seen, folder = stubbed
     base, option, dest = case
     here = folder()
-    before = tree(here)
+    before = folder_contents(here)
     seen.clear()
     status, err = run_cli([*base, f"{option}={value}"], capsys)
-    assert tree(here) == before, (case, value)  # nothing written, accepted or not
+    assert folder_contents(here) == before, (case, value)  # nothing written, accepted or not
     if status != "reached":
         assert refused_in_one_line(status, err, base[0]), (case, value, status, err)
         return
@@ -196,9 +193,9 @@ def test_a_damaged_study_record_is_refused_in_one_line(stubbed, capsys, record):
         target.write_bytes(what)
     else:
         target.write_text(what)
-    before = tree(here)
+    before = folder_contents(here)
     status, err = run_cli(["scaling", *SITE, "--out", str(study), "--max-nodes", "2"], capsys)
-    assert tree(here) == before
+    assert folder_contents(here) == before
     if status == "reached":  # a record this command could have written: points of jobs
         points = json.loads(target.read_text())["points"]
         assert all(isinstance(e, dict) and (e["job"] is None or isinstance(e["job"], str))

@@ -6,7 +6,6 @@ through its ``python3`` under srun."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ from fixtures_install import install
 from chainermn_rt.install import wrappers
 from chainermn_rt.site import Container, load_site
 
-from conftest import REPO, require_commands
+from conftest import REPO, folder_contents, require_commands
 
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 MODULES_CACHE = REPO / "build" / "environment-modules"
@@ -74,8 +73,14 @@ echo "site=${CHAINERMN_RT_SITE-unset}"
 """
 
 
-def _lines(proc: subprocess.CompletedProcess) -> list[str]:
-    return proc.stdout.splitlines()
+def _expected(prefix: Path, second_load: int, then: str) -> list[str]:
+    """CHECKS' lines: the second load's status, and the version loaded after it."""
+    home = prefix / "chainermn-rt"
+    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return [f"site={home}/0.1.0-cpu/site.toml", "chainermn-rt 0.1.0",
+            f"import {home}/0.1.0-cpu/venv/lib/{python}/site-packages/chainermn_rt/__init__.py",
+            f"second load: {second_load}", f"site={home}/{then}/site.toml", "PATH restored",
+            "site=unset"]
 
 
 def test_lmod_loads_swaps_and_unloads(prefix, tmp_path):
@@ -83,12 +88,7 @@ def test_lmod_loads_swaps_and_unloads(prefix, tmp_path):
         pytest.fail(f"{LMOD_INIT} missing: Debian's lmod (run `make setup`)", pytrace=False)
     proc = _shell(f"cd {tmp_path}; source {LMOD_INIT}; module use {prefix / 'modulefiles'}"
                   + CHECKS, {})
-    home = prefix / "chainermn-rt"
-    assert _lines(proc) == [
-        f"site={home}/0.1.0-cpu/site.toml", "chainermn-rt 0.1.0",
-        f"import {home}/0.1.0-cpu/venv/lib/python{sys.version_info.major}."
-        f"{sys.version_info.minor}/site-packages/chainermn_rt/__init__.py",
-        "second load: 0", f"site={home}/0.1.0-gpu/site.toml", "PATH restored", "site=unset"], \
+    assert proc.stdout.splitlines() == _expected(prefix, 0, "0.1.0-gpu"), \
         proc.stdout + proc.stderr
     assert "reloaded with a version change" in proc.stderr
     avail = (tmp_path / "avail.out").read_text()
@@ -119,12 +119,7 @@ def test_environment_modules_loads_refuses_a_second_version_and_unloads(prefix, 
                                                                         tmp_path):
     preamble = (f"cd {tmp_path}; module() {{ eval \"$(tclsh {modulecmd} bash \"$@\")\"; }}")
     proc = _shell(preamble + CHECKS, {"MODULEPATH": str(prefix / "modulefiles-tcl")})
-    home = prefix / "chainermn-rt"
-    assert _lines(proc) == [
-        f"site={home}/0.1.0-cpu/site.toml", "chainermn-rt 0.1.0",
-        f"import {home}/0.1.0-cpu/venv/lib/python{sys.version_info.major}."
-        f"{sys.version_info.minor}/site-packages/chainermn_rt/__init__.py",
-        "second load: 1", f"site={home}/0.1.0-cpu/site.toml", "PATH restored", "site=unset"], \
+    assert proc.stdout.splitlines() == _expected(prefix, 1, "0.1.0-cpu"), \
         proc.stdout + proc.stderr
     assert 'HINT: Might try "module unload chainermn-rt" first.' in proc.stderr
     avail = (tmp_path / "avail.out").read_text()
@@ -157,15 +152,6 @@ def test_wrappers_for_each_runtime_pass_shellcheck():
         proc = subprocess.run(["shellcheck", "-s", "sh", "-"], input=text, text=True,
                               capture_output=True)
         assert proc.returncode == 0, proc.stdout
-
-
-def _folder_sum(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")) if folder.exists() else []:
-        digest.update(str(path.relative_to(folder)).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 @pytest.mark.parametrize("args, line", [
@@ -210,12 +196,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(wheels, tmp_path, args
     args = [a.format(tmp=tmp) for a in args]
     if "--prefix" not in args:
         args += ["--prefix", str(tmp / "sw")]
-    before = _folder_sum(tmp)
+    before = folder_contents(tmp)
     proc = install(wheels, *args, cwd=tmp)
     assert proc.returncode == 2 and proc.stderr.startswith(
         "chainermn-rt install: error: " + line.format(tmp=tmp)), proc.stderr
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert _folder_sum(tmp) == before
+    assert folder_contents(tmp) == before
 
 
 def test_a_failing_venv_step_leaves_nothing_under_the_prefix(wheels, tmp_path):

@@ -5,7 +5,6 @@ tests/test_site_init_sandbox.py asks the real Slurm of the sandbox."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from hwloc_fixtures import GPU_BUSIDS, dgx_h100
 
 from chainermn_rt.site import load_site, parse_site
 
-from conftest import REPO, require_commands
+from conftest import REPO, folder_contents, require_commands
 
 CONFIG = "ClusterName         = dgx\nSlurmctldHost[0]    = head(10.0.0.1)\nMpiDefault = pmix\n"
 PARTITIONS = ("PartitionName=batch AllowGroups=ALL Default=YES MaxTime=2-00:00:00 "
@@ -143,15 +142,6 @@ def test_pyxis_without_enroots_pmi_hook_is_a_warning(tmp_path):
     assert '# runtime = "pyxis"' in (tmp_path / "p.toml").read_text()
 
 
-def _folder_sum(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        digest.update(str(path.relative_to(folder)).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 @pytest.mark.parametrize("args, status, line", [
     (["--partition", "gpu"], 2,
      "chainermn-rt site: error: --partition: 'gpu' is not a partition of this cluster; "
@@ -182,10 +172,10 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path, args, status, li
     args = [a.format(out=out) for a in args]
     if "--output" not in args:
         args += ["--output", str(out / "new.toml")]
-    before = _folder_sum(out)
+    before = folder_contents(out)
     proc = _init(env, *args)
     assert (proc.returncode, proc.stderr) == (status, line.format(out=out) + "\n")
-    assert _folder_sum(out) == before
+    assert folder_contents(out) == before
 
 
 def test_slurm_unreachable_is_exit_3(tmp_path):

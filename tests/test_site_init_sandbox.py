@@ -49,9 +49,9 @@ def test_the_sandbox_profiled_by_site_init_matches_its_own_profile(sandbox, tmp_
     assert not (tmp_path / "bad.toml").exists()
 
 
-def _fake_node(tmp_path: Path, gpus: int, cpus: int) -> Sandbox:
-    """A one-node sandbox beside the session's: ``gpus`` fake GPUs, ``cpus`` CPUs, and the
-    DGX H100 XML as its hardware."""
+def _init_on_a_fake_node(tmp_path: Path, gpus: int, cpus: int) -> subprocess.CompletedProcess:
+    """``site init`` on a one-node sandbox beside the session's (up for this only): ``gpus``
+    fake GPUs, ``cpus`` CPUs, and the DGX H100 XML as its hardware."""
     require_commands("munged", "slurmctld", "slurmd", "ip", "lstopo")
     (tmp_path / "dgx.xml").write_text(dgx_h100())
     slots = "\n".join(f'  {{ gpu = {i}, numa = 0, cpus = "0" }},' for i in range(gpus))
@@ -78,17 +78,17 @@ slots = [
 nodes = 1
 hwloc_xml = "dgx.xml"
 """)
-    return Sandbox.from_profile(profile, state_dir=tmp_path / "state")
-
-
-def test_a_node_with_a_dgx_h100s_hardware_gives_the_shipped_dgx_slots(tmp_path):
-    sb = _fake_node(tmp_path, gpus=8, cpus=112)
+    sb = Sandbox.from_profile(profile, state_dir=tmp_path / "state")
     sb.up()
     try:
-        proc = _chainermn_rt(sb.env(), "site", "init", "--partition", "gpu", "--output",
+        return _chainermn_rt(sb.env(), "site", "init", "--partition", "gpu", "--output",
                              str(tmp_path / "found.toml"))
     finally:
         sb.down()
+
+
+def test_a_node_with_a_dgx_h100s_hardware_gives_the_shipped_dgx_slots(tmp_path):
+    proc = _init_on_a_fake_node(tmp_path, gpus=8, cpus=112)
     assert proc.returncode == 0, proc.stderr
     found = load_site(tmp_path / "found.toml").partition("gpu")
     shipped = load_site(REPO / "slurm/sites/dgx-h100.toml").partition("batch")
@@ -97,13 +97,7 @@ def test_a_node_with_a_dgx_h100s_hardware_gives_the_shipped_dgx_slots(tmp_path):
 
 
 def test_more_gpus_in_hwloc_than_in_slurm_is_one_line_and_nothing_written(tmp_path):
-    sb = _fake_node(tmp_path, gpus=4, cpus=112)
-    sb.up()
-    try:
-        proc = _chainermn_rt(sb.env(), "site", "init", "--partition", "gpu", "--output",
-                             str(tmp_path / "found.toml"))
-    finally:
-        sb.down()
+    proc = _init_on_a_fake_node(tmp_path, gpus=4, cpus=112)
     assert (proc.returncode, proc.stderr) == (
         1, "chainermn-rt site: error: node1: Slurm has 4 GPUs (Gres=gpu:4), hwloc sees 8\n")
     assert not (tmp_path / "found.toml").exists()
