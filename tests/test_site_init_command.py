@@ -130,6 +130,23 @@ def test_gpu_order_follows_the_device_minors(tmp_path, monkeypatch):
     assert hwloc.read(report.lstopo_xml).gpus  # the fixture is what the probe would print
 
 
+def test_each_hca_gets_its_active_port():
+    """/sys/class/infiniband as the probe prints it: mlx5_0's port 2 is the active one; mlx5_3
+    has none active (a warning, port 1 kept); HCAs the node said nothing of keep port 1."""
+    from chainermn_rt.site_init import probe, survey
+
+    report = probe.NodeReport(
+        hostname="dgx01", lstopo_xml=dgx_h100(), nvidia_information=(), nvidia_smi_topo="",
+        runtimes=(), enroot_hooks=(), socket_ifname=None, ib_ports=(
+            ("mlx5_0", 1, "1: DOWN", "10 Gb/sec", "InfiniBand"),
+            ("mlx5_0", 2, "4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"),
+            ("mlx5_3", 1, "1: DOWN", "10 Gb/sec", "InfiniBand")))
+    warnings: list[str] = []
+    made = survey._topology("t", "dgx01", survey.Shape(112, 1, "gpu:8"), report, warnings)
+    assert [s.hcas for s in made.slots[:3]] == [("mlx5_0:2",), ("mlx5_3:1",), ("mlx5_4:1",)]
+    assert "dgx01: mlx5_3, GPU 1's HCA, has no ACTIVE port" in warnings
+
+
 def test_pyxis_without_enroots_pmi_hook_is_a_warning(tmp_path):
     env = _stubs(tmp_path, pyxis=True)
     fake = tmp_path / "stub" / "bin" / "enroot"  # enroot on the node, its hooks folder empty

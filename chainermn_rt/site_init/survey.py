@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
 from chainermn_rt.rank_contract import Slot
@@ -135,8 +135,29 @@ def _topology(name: str, node: str, shape: Shape, report: probe.NodeReport,
     order = _gpu_order(node, shape, report, topo, warnings)
     made, more = gpu_slots(topo, order)
     warnings += [f"{node}: {line}" for line in more]
+    made = _active_ports(node, report, made, warnings)
     _cross_check(node, report, made, warnings)
     return TopologyFacts(name, tuple(made), tuple(order), source)
+
+
+def _active_ports(node: str, report: probe.NodeReport, made: list[Slot],
+                  warnings: list[str]) -> list[Slot]:
+    """Each slot's HCA on its first ACTIVE port, as /sys/class/infiniband says (port 1 where
+    the node said nothing of that HCA; a warning where none of its ports is active)."""
+    ports: dict[str, list[tuple[int, str]]] = {}
+    for device, port, state, _rate, _link in report.ib_ports:
+        ports.setdefault(device, []).append((port, state))
+    fixed = []
+    for slot in made:
+        hcas = []
+        for hca in slot.hcas:
+            device = hca.rsplit(":", 1)[0]
+            active = [p for p, state in sorted(ports.get(device, [])) if "ACTIVE" in state]
+            if device in ports and not active:
+                warnings.append(f"{node}: {device}, GPU {slot.gpu}'s HCA, has no ACTIVE port")
+            hcas.append(f"{device}:{active[0]}" if active else hca)
+        fixed.append(replace(slot, hcas=tuple(hcas)))
+    return fixed
 
 
 def survey(slurm: Slurm, wanted: list[str], name: str | None = None
