@@ -28,14 +28,17 @@ def _config(site: str | Path, out: Path, *args: str) -> str:
 
 
 def _cases(report: Path) -> dict[str, dict]:
-    runs = json.loads(report.read_text())["runs"]
-    return {case["name"].split()[0]: case for case in runs[-1]["testcases"]}
+    """Each check's last result (a retry's run holds only the retried checks)."""
+    return {case["name"].split()[0]: case
+            for run in json.loads(report.read_text())["runs"] for case in run["testcases"]}
 
 
 def test_the_checks_pass_and_an_unmet_expectation_fails(sandbox, reframe_venv, tmp_path):
     made = _config("sandbox", tmp_path / "config.py")  # --scheduler auto: asks the sandbox
     assert "scheduler squeue" in made, made
-    run = ["-r", "--system", "sandbox:gpu", "-S", "ranks_per_node=2"]
+    # one retry: Debian's Open MPI 4.1.4 crashes in MPI_Init in about 2 % of multi-node
+    # launches (tests/fixtures_sandbox.py); a check that really fails fails twice
+    run = ["-r", "--system", "sandbox:gpu", "-S", "ranks_per_node=2", "--max-retries=1"]
     (tmp_path / "first").mkdir()
     proc = reframe(reframe_venv, tmp_path / "config.py", run, tmp_path / "first",
                    env=sandbox.env())
