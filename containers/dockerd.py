@@ -80,7 +80,9 @@ class Dockerd:
         return subprocess.run([self.docker, "version"], env=self.env(), capture_output=True,
                               timeout=30, check=False).returncode == 0
 
-    def start(self, timeout: float = 60) -> Dockerd:
+    def start(self, timeout: float = 60, nice: int = 0) -> Dockerd:
+        """Start this checkout's dockerd (``nice``: its niceness, and so its builds'), or reuse
+        the one running."""
         if self.pid() and self.responding():
             return self
         for path in (DOCKER, DOCKERD):
@@ -89,8 +91,9 @@ class Dockerd:
         (self.state / "data").mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
+            niced = ["nice", "-n", str(nice)] if nice else []
             proc = subprocess.Popen(
-                [DOCKERD, "--iptables=false", "--ip-masq=false", "--bridge=none",
+                [*niced, DOCKERD, "--iptables=false", "--ip-masq=false", "--bridge=none",
                  "--data-root", str(self.state / "data"), "--exec-root", str(self.run_dir / "exec"),
                  "--pidfile", str(self.pidfile), "-H", self.host],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

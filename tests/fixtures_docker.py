@@ -3,16 +3,20 @@ built from the Debian base (made by debootstrap where no registry answers), and 
 
 Registered in conftest.py (``pytest_plugins``); each image is built once a session and the
 docker build cache is shared by all of them. The builds start in the background, niced, as
-the run begins (``ImageBuilds``), and the tests that need Docker run last: on a fresh clone
-the images (most of the suite's time) compile while the other tests run.
+the run begins (``ImageBuilds``: a niced dockerd and one niced background process), and the
+tests that need Docker run last: on a fresh clone the images (most of the suite's time)
+compile while the other tests run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
 import subprocess
-import threading
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,69 +46,68 @@ IMAGE_OF_FIXTURE = {"cpu_image": "cpu", "gpu_image": "gpu"}
 
 
 class ImageBuilds:
-    """This checkout's dockerd, the Debian base and the images, made in order by one
-    background thread at nice 19 (the thread's niceness passes to dockerd, debootstrap and
-    the build steps it starts), so the foreground tests keep the CPUs they ask for."""
+    """This checkout's dockerd, started at nice 19 (its build steps inherit it), and one
+    background process, at nice 19 too, that makes the Debian base and builds the images in
+    order with ``python -m containers.build image``, each build's log (BuildKit's plain
+    progress: every step and its seconds) and exit status in LOGS. A process, not a thread:
+    spawning from a second thread of pytest once failed with EFAULT (CPython's vfork)."""
 
     def __init__(self, flavors: list[str]) -> None:
         self.flavors = flavors
         self.daemon: Dockerd | None = None
-        self.base: str | None = None
-        self.error: str | None = None  # dockerd or the base failed: every image fails with it
-        self.results: dict[str, subprocess.CompletedProcess | str] = {}
-        self._ready = {name: threading.Event() for name in ("engine", *flavors)}
-        self._thread = threading.Thread(target=self._run, name="image-builds", daemon=True)
+        self.error: str | None = None  # dockerd did not start: every image fails with it
+        self.proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def _step(flavor: str) -> str:
+        log, status = (shlex.quote(str(LOGS / f"image-{flavor}{end}"))
+                       for end in (".log", ".status"))
+        return (f'"$0" -m containers.build image --flavor {flavor} > {log} 2>&1; '
+                f'echo $? > {status}.tmp; mv {status}.tmp {status}')
 
     def start(self) -> ImageBuilds:
-        self._thread.start()
+        try:
+            self.daemon = Dockerd().start(nice=19)
+        except Exception as err:  # noqa: BLE001 - reported by every fixture that needs it
+            self.error = f"{type(err).__name__}: {err}"
+            return self
+        LOGS.mkdir(parents=True, exist_ok=True)
+        for flavor in self.flavors:
+            (LOGS / f"image-{flavor}.status").unlink(missing_ok=True)
+        if self.flavors:
+            self.proc = subprocess.Popen(
+                ["nice", "-n", "19", "sh", "-c", "; ".join(map(self._step, self.flavors)),
+                 sys.executable], cwd=REPO, env=self.daemon.env(), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return self
 
-    def _run(self) -> None:
-        os.setpriority(os.PRIO_PROCESS, 0, 19)  # on Linux: this thread and its children
-        try:
-            self.daemon = Dockerd().start()
-            self.base = image_build.resolve_base("cpu", self.daemon)
-        except Exception as err:  # noqa: BLE001 - reported by every fixture that waits here
-            self.error = f"{type(err).__name__}: {err}"
-        finally:
-            self._ready["engine"].set()
-        for flavor in self.flavors:
-            try:
-                if self.error is None:
-                    self.results[flavor] = self._build(flavor)
-            except Exception as err:  # noqa: BLE001 - as above
-                self.results[flavor] = f"{type(err).__name__}: {err}"
-            finally:
-                self._ready[flavor].set()
-
-    def _build(self, flavor: str) -> subprocess.CompletedProcess:
-        """``docker build`` with its step-by-step log (each step's seconds) in LOGS."""
-        argv = image_build.build_argv("docker", flavor, self.base)
-        argv[2:2] = ["--progress=plain"]
-        LOGS.mkdir(parents=True, exist_ok=True)
-        with open(LOGS / f"image-{flavor}.log", "w") as log:
-            return subprocess.run(argv, env=self.daemon.env(), stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=3600, check=False)
+    def stop(self) -> None:
+        """End the builds still running (an interrupted session)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait()
 
     def engine(self) -> Dockerd:
-        self._ready["engine"].wait()
         if self.error is not None:
-            pytest.fail(f"dockerd or the Debian base: {self.error}", pytrace=False)
+            pytest.fail(f"dockerd: {self.error}", pytrace=False)
         return self.daemon
 
     def image(self, flavor: str) -> str:
         self.engine()
-        if flavor in self._ready:
-            self._ready[flavor].wait()
-        else:  # not foreseen at collection: built now, in the foreground
-            self.results[flavor] = self._build(flavor)
-        result = self.results[flavor]
-        if isinstance(result, str):
-            pytest.fail(f"building the {flavor} image: {result}", pytrace=False)
-        if result.returncode != 0:
+        status = LOGS / f"image-{flavor}.status"
+        if flavor not in self.flavors:  # not foreseen at collection: built now, in the foreground
+            subprocess.run(["sh", "-c", self._step(flavor), sys.executable], cwd=REPO,
+                           env=self.daemon.env(), timeout=3600, check=False)
+        while not status.exists():
+            if self.proc is None or self.proc.poll() is not None:
+                pytest.fail(f"the {flavor} image's build ended without a status; see "
+                            f"{LOGS / f'image-{flavor}.log'}", pytrace=False)
+            time.sleep(2)
+        if status.read_text().strip() != "0":
             log = LOGS / f"image-{flavor}.log"
-            pytest.fail(f"{' '.join(result.args)} exited {result.returncode}; the end of {log}:"
-                        f"\n{log.read_text(errors='replace')[-4000:]}", pytrace=False)
+            pytest.fail(f"building the {flavor} image exited {status.read_text().strip()}; the "
+                        f"end of {log}:\n{log.read_text(errors='replace')[-4000:]}",
+                        pytrace=False)
         return image_build.tag(flavor)
 
 
@@ -133,6 +136,7 @@ def engine():
     _builds = _builds or ImageBuilds([]).start()
     daemon = _builds.engine()
     yield daemon
+    _builds.stop()
     if daemon.started_here:
         daemon.stop()
 
