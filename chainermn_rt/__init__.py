@@ -18,4 +18,12 @@ from chainermn_rt.runtime import setup
 from chainermn_rt.snapshots import resumable
 
 __all__ = ["JobEnvironment", "LauncherMismatch", "check_against_mpi", "create_communicator",
-           "resumable", "setup"]
+           "resumable", "setup", "version"]
+
+
+def version() -> str:
+    """The installed package's version (its metadata; PackageNotFoundError when it is not
+    installed)."""
+    from importlib.metadata import version as installed
+
+    return installed("chainermn-rt")

@@ -40,10 +40,12 @@ COMMANDS = {
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError
+
+    from chainermn_rt import version
 
     try:
-        return version("chainermn-rt")
+        return version()
     except PackageNotFoundError:  # a checkout that is not installed
         return "(not installed)"
 

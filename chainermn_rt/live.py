@@ -12,7 +12,7 @@ import re
 
 from chainermn_rt.site import Site, parse_time
 from chainermn_rt.slurm_client import Slurm
-from chainermn_rt.slurm_records import gres_gpus, records
+from chainermn_rt.slurm_records import gres_gpus
 
 
 def _time(text: str) -> int | None:
@@ -22,10 +22,7 @@ def _time(text: str) -> int | None:
 def compare(site: Site, slurm: Slurm) -> list[str]:
     """Every difference between the profile and Slurm's view, one line each."""
     diffs: list[str] = []
-    partitions = {r.get("PartitionName"): r for r in records(
-        slurm.output(["scontrol", "show", "partition", "-o"]))}
-    nodes = {r.get("NodeName"): r for r in records(
-        slurm.output(["scontrol", "show", "node", "-o"]))}
+    partitions, nodes = slurm.listing("partition"), slurm.listing("node")
     for p in site.partitions:
         live = partitions.get(p.name)
         if live is None:
@@ -39,7 +36,7 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
         if max_time != p.max_time_s:
             diffs.append(f"partition {p.name}: max_time {p.max_time} in the profile, "
                          f"{live.get('MaxTime')} in Slurm")
-        names = _expand(slurm, live.get("Nodes", ""))
+        names = slurm.hostnames(live.get("Nodes", ""))
         for name in names:
             node = nodes.get(name, {})
             cpus, gpus = int(node.get("CPUTot", "0")), gres_gpus(node.get("Gres", ""))
@@ -62,9 +59,3 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
                          f"({', '.join(x for x in listed if x.isidentifier())})")
     return diffs
 
-
-def _expand(slurm: Slurm, hostlist: str) -> list[str]:
-    """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (via scontrol, Slurm's own parser)."""
-    if not hostlist or hostlist == "(null)":
-        return []
-    return slurm.output(["scontrol", "show", "hostnames", hostlist]).split()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
-from chainermn_rt.slurm_records import record
+from chainermn_rt.slurm_records import record, records
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -64,6 +64,18 @@ class Slurm:
             raise EnvironmentProblem(f"{' '.join(argv)} failed (exit {proc.returncode}): "
                                      f"{said[-1] if said else 'no message'}")
         return proc.stdout
+
+    def listing(self, kind: str) -> dict[str, dict[str, str]]:
+        """``scontrol show partition|node -o``: each record by its name."""
+        key = {"partition": "PartitionName", "node": "NodeName"}[kind]
+        return {r[key]: r for r in records(self.output(["scontrol", "show", kind, "-o"]))
+                if key in r}
+
+    def hostnames(self, hostlist: str) -> list[str]:
+        """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (Slurm's own parser)."""
+        if not hostlist or hostlist == "(null)":
+            return []
+        return self.output(["scontrol", "show", "hostnames", hostlist]).split()
 
     def submit(self, script: Path, args: list[str] = (), cwd: str | Path | None = None) -> str:
         """``sbatch --parsable [ARGS] SCRIPT`` in ``cwd``; the job id. Slurm's refusal is a

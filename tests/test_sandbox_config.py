@@ -9,10 +9,11 @@ import pytest
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.sandbox.config import render_files
-from chainermn_rt.sandbox.records import parse_line, read_records, result
+from chainermn_rt.sandbox.records import read_records, result
 from chainermn_rt.sandbox.settings import STATE_VAR, default_state_dir, sandbox_settings
 from chainermn_rt.site import load_site, resolve_site
 from chainermn_rt.slurm_client import FinalState
+from chainermn_rt.slurm_records import record
 
 from conftest import PYTHON, REPO, require_commands
 
@@ -177,4 +178,4 @@ def test_job_records(tmp_path):
     assert records["3"]["Name"] == "a b" and records["3"]["WorkDir"] == "/x y"
     assert result(records["3"]) == FinalState("TIMEOUT", 0)
     assert result(records["4"]) == ("COMPLETED", 0)  # a requeued job: the last record wins
-    assert result(parse_line("JobId=5 JobState=FAILED ExitCode=2:0")) == ("FAILED", 2)
+    assert result(record("JobId=5 JobState=FAILED ExitCode=2:0")) == ("FAILED", 2)

@@ -35,8 +35,8 @@ SCONTROL = """#!/bin/sh
 echo "scontrol $*" >> "$STUB/calls"
 case "$*" in
   "show config") cat "$STUB/config" ;;
-  "-o show partition") cat "$STUB/partitions" ;;
-  "-o show node") cat "$STUB/nodes" ;;
+  "show partition -o") cat "$STUB/partitions" ;;
+  "show node -o") cat "$STUB/nodes" ;;
   "show hostnames dgx[01-02]") printf 'dgx01\\ndgx02\\n' ;;
   "show hostnames dgx03") echo dgx03 ;;
   "show hostnames dgx[01-03]") printf 'dgx01\\ndgx02\\ndgx03\\n' ;;

@@ -20,8 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("--flavor", choices=FLAVORS, help="default: what the image says, else cpu")
     a("--wheels", type=Path, default=Path("build/install-wheels"),
       help="wheels of the host's chainermn-rt (`make install-wheels`); default: %(default)s")
-    a("--python", default="python3", help="Python >= 3.11 for the host's chainermn-rt; "
-      "default: %(default)s")
+    a("--python", default="python3", help="a Python the package supports, for the host's "
+      "chainermn-rt; default: %(default)s")
 
 
 def run(args: argparse.Namespace) -> int:

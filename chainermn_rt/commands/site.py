@@ -64,21 +64,15 @@ def _reframe(args: argparse.Namespace) -> int:
     import sys
 
     from chainermn_rt.files import write_atomically
-    from chainermn_rt.reframe.config import config_text, configuration
+    from chainermn_rt.reframe.config import config_text, configuration, ranks_python, scheduler_for
     from chainermn_rt.slurm_records import config
     from chainermn_rt.submission import Cluster
 
     output = _new_output(args, ".py")
     site = load_site(resolve_site(args.site), "--site")
-    scheduler = args.scheduler
-    if scheduler == "auto":
-        conf = config(Cluster.of(site).slurm.output(["scontrol", "show", "config"]))
-        none = conf.get("AccountingStorageType", "accounting_storage/none").endswith("/none")
-        scheduler = "squeue" if none else "slurm"
-    # the ranks' Python: as given, else the Plan's choice (the profile's, the container's),
-    # else (bare metal) this one: ReFrame's own would lack the stack
-    python = args.python or site.python or (
-        sys.executable if site.container.runtime == "none" else None)
+    scheduler = args.scheduler if args.scheduler != "auto" else scheduler_for(
+        config(Cluster.of(site).slurm.output(["scontrol", "show", "config"])))
+    python = ranks_python(site, args.python, sys.executable)
     text = config_text(configuration(site, scheduler, python), str(site.path))
     write_atomically(output, lambda f: f.write(text))
     print(f"wrote {output}: system {site.name}, scheduler {scheduler}, partitions "

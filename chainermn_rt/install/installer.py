@@ -30,14 +30,15 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 
+from chainermn_rt import version
 from chainermn_rt.errors import UserError
 from chainermn_rt.install import modulefiles, wrappers
 from chainermn_rt.install.layout import FLAVORS, NAME, Layout
 from chainermn_rt.site import Site, load_site, parse_site
 
-MIN_PYTHON = (3, 11)
 # what the host's chainermn-rt imports (render's templates); wheels for the host's Python
-HOST_WHEELS = ("chainermn_rt", "jinja2", "markupsafe")
+HOST_DEPENDENCIES = ("jinja2", "markupsafe")
+HOST_WHEELS = ("chainermn_rt", *HOST_DEPENDENCIES)
 # the image each runtime can run, as a check and a phrase for the error
 IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (python -m "
                                         "containers.build chdir)"),
@@ -47,10 +48,12 @@ IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (python -m "
 VERSIONS_IN_IMAGE = Path("opt/chainermn_rt/VERSIONS")
 
 
-def _version() -> str:
-    from importlib.metadata import version
+def min_python() -> tuple[int, int]:
+    """The package's Requires-Python (``>=3.11`` -> (3, 11)), from its metadata."""
+    from importlib.metadata import metadata
 
-    return version(NAME)
+    major, minor = re.fullmatch(r">=\s*(\d+)\.(\d+)", metadata(NAME)["Requires-Python"]).groups()
+    return int(major), int(minor)
 
 
 def check_image(runtime: str, image: Path | None) -> Path | None:
@@ -100,15 +103,16 @@ def check_prefix(prefix: Path) -> Path:
 
 
 def check_python(python: str) -> str:
-    """An interpreter of at least MIN_PYTHON for the host's venv."""
-    want = ".".join(map(str, MIN_PYTHON))
+    """An interpreter the package supports (min_python) for the host's venv."""
+    least = min_python()
+    want = ".".join(map(str, least))
     try:
         proc = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
                               capture_output=True, text=True, timeout=60, check=False)
         found = tuple(int(x) for x in proc.stdout.split())
     except (OSError, ValueError, subprocess.TimeoutExpired):
         found = ()
-    if len(found) != 2 or found < MIN_PYTHON:
+    if len(found) != 2 or found < least:
         said = ".".join(map(str, found)) if found else "no answer"
         raise UserError(f"--python: {python} ({said}); allowed: Python >= {want}, for the host's"
                         " chainermn-rt")
@@ -224,7 +228,7 @@ def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
     site = load_site(site_file, "--site")
     runtime = site.container.runtime
     image = check_image(runtime, image)
-    where = Layout(check_prefix(prefix), _version(), image_flavor(image, flavor))
+    where = Layout(check_prefix(prefix), version(), image_flavor(image, flavor))
     for path in (where.home, where.lua, where.tcl):
         if path.exists() or path.is_symlink():
             raise UserError(f"--prefix: {NAME} {where.module_version} is already installed "

@@ -58,6 +58,22 @@ def _partition(site: Site, p: Partition, scheduler: str, python: str | None) -> 
     return part
 
 
+def scheduler_for(slurm_config: dict[str, str]) -> str:
+    """ReFrame's backend for a Slurm (``scontrol show config``): squeue without accounting.
+
+    >>> scheduler_for({"AccountingStorageType": "accounting_storage/none"})
+    'squeue'
+    """
+    kind = slurm_config.get("AccountingStorageType", "accounting_storage/none")
+    return "squeue" if kind.endswith("/none") else "slurm"
+
+
+def ranks_python(site: Site, given: str | None, here: str) -> str | None:
+    """The ranks' Python: as given, else the Plan's choice (the profile's, the container's:
+    None), else on bare metal ``here`` (ReFrame's own Python would lack the stack)."""
+    return given or site.python or (here if site.container.runtime == "none" else None)
+
+
 def configuration(site: Site, scheduler: str, python: str | None) -> dict:
     """``python``: the ranks' interpreter; None lets each check's Plan choose."""
     if scheduler not in SCHEDULERS:

@@ -3,7 +3,7 @@
 One line per finished job, ``Key=value`` pairs separated by spaces (values such as ``Name``
 and ``WorkDir`` may hold spaces themselves):
 
->>> rec = parse_line("JobId=7 UserId=root(0) Name=my job JobState=TIMEOUT ExitCode=0:15")
+>>> rec = record("JobId=7 UserId=root(0) Name=my job JobState=TIMEOUT ExitCode=0:15")
 >>> rec["Name"], result(rec)
 ('my job', FinalState(state='TIMEOUT', exit_code=0))
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chainermn_rt.slurm_client import FinalState, final_state
-from chainermn_rt.slurm_records import record as parse_line
+from chainermn_rt.slurm_records import record
 
 
 def read_records(path: Path) -> dict[str, dict[str, str]]:
@@ -24,13 +24,13 @@ def read_records(path: Path) -> dict[str, dict[str, str]]:
         return {}
     records = {}
     for line in text.splitlines():
-        rec = parse_line(line) if line.startswith("JobId=") else {}
+        rec = record(line) if line.startswith("JobId=") else {}
         if rec.get("JobId", "").isdigit():
             records[rec["JobId"]] = rec
     return records
 
 
-def result(record: dict[str, str]) -> FinalState | None:
+def result(rec: dict[str, str]) -> FinalState | None:
     """The record's final state and the batch script's exit code (None for a state that is
     not final, such as a requeued run's)."""
-    return final_state(record.get("JobState", ""), record.get("ExitCode", "0:0"))
+    return final_state(rec.get("JobState", ""), rec.get("ExitCode", "0:0"))

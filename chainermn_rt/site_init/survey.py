@@ -24,7 +24,7 @@ from chainermn_rt.site_init import hwloc, nvidia, probe
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts
 from chainermn_rt.site_init.slots import cpu_list, gpu_slots
 from chainermn_rt.slurm_client import Slurm
-from chainermn_rt.slurm_records import config, gres_gpu_type, gres_gpus, records
+from chainermn_rt.slurm_records import config, gres_gpu_type, gres_gpus
 
 UNLIMITED_AS = "365-00:00:00"  # a profile needs a max_time; Slurm's UNLIMITED becomes this
 _UNUSABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE")
@@ -164,14 +164,12 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
            ) -> tuple[Facts, list[str], list[str]]:
     """(facts, warnings, the Slurm steps run) for the partitions ``wanted``."""
     conf = config(slurm.output(["scontrol", "show", "config"]))
-    parts = {r["PartitionName"]: r for r in records(
-        slurm.output(["scontrol", "-o", "show", "partition"])) if "PartitionName" in r}
+    parts = slurm.listing("partition")
     for p in wanted:
         if p not in parts:
             raise UserError(f"--partition: {p!r} is not a partition of this cluster; allowed: "
                             + ", ".join(sorted(parts)))
-    nodes = {r["NodeName"]: r for r in records(slurm.output(["scontrol", "-o", "show", "node"]))
-             if "NodeName" in r}
+    nodes = slurm.listing("node")
     listed = slurm.run(["srun", "--mpi=list"], timeout=30)
     plugins = mpi_plugins(listed.stdout + listed.stderr)
     pyxis = "--container-image" in slurm.run(["srun", "--help"], timeout=30).stdout
@@ -183,7 +181,7 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
     partitions = []
     for p in wanted:
         record = parts[p]
-        names = slurm.output(["scontrol", "show", "hostnames", record.get("Nodes", "")]).split()
+        names = slurm.hostnames(record.get("Nodes", ""))
         if not names:
             raise JobFailed(f"partition {p}: it has no nodes")
         by_shape: dict[Shape, list[str]] = {}

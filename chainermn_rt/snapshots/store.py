@@ -236,8 +236,9 @@ def manifest_for(path: Path, world_size: int | None = None) -> dict:
 def check_set(path: Path, world_size: int | None = None) -> dict:
     """The manifest of a usable set, every rank's file read; :class:`SnapshotError` otherwise."""
     data = manifest_for(path, world_size)
-    for rank in range(data["world_size"]):  # ranks' files may hold other arrays (rank 0's
-        check_file(path, data, rank)          # extensions): each is checked on its own
+    # ranks' files may hold other arrays (rank 0's extensions): each is checked on its own
+    for rank in range(data["world_size"]):
+        check_file(path, data, rank)
     return data
 
 
