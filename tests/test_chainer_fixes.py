@@ -202,6 +202,24 @@ def test_multiprocess_iterator_without_set_daemon():
             iterator.finalize()
 
 
+def test_no_cudnn_advice_on_cupy_14(monkeypatch):
+    """check_cuda_available() on a CUDA setup without cuDNN: the advice to reinstall CuPy
+    only where CuPy can bind cuDNN (CuPy 13 and before). Module state is set as a GPU machine
+    would have it (no CuPy here)."""
+    import chainer.backends.cuda as cuda
+
+    monkeypatch.setattr(cuda, "available", True)
+    monkeypatch.setattr(cuda, "cudnn_enabled", False)
+    monkeypatch.setattr(cuda, "_cudnn_disabled_by_user", False, raising=False)
+    for major, advice in ((14, 0), (13, 1)):
+        monkeypatch.setattr(cuda, "_cupy_major", major, raising=False)
+        monkeypatch.delattr(cuda.check_cuda_available, "_already_warned", raising=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cuda.check_cuda_available()
+        assert sum("reinstall CuPy" in str(w.message) for w in caught) == advice, major
+
+
 def test_testing_requirements_without_pkg_resources():
     from chainer import testing
     from chainer.testing import doctest_helper

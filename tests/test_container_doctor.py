@@ -90,7 +90,15 @@ def test_ucx_without_a_gpu_driver_accepts_a_build_with_cuda(fake_ucx_info):
 FAKE_LIBS = {  # soname: C source of a library that answers like the real one
     "libnccl.so.2": "int ncclGetVersion(int *v) { *v = 23203; return 0; }",
     "libcudnn.so.8": "unsigned long cudnnGetVersion(void) { return 8907; }",
-    "libcudnn.so.9": "unsigned long cudnnGetVersion(void) { return 91000; }",
+    # cuDNN 9's: a shim that forwards to libcudnn_graph.so.9 and aborts when that is missing
+    "libcudnn.so.9": "#include <dlfcn.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+                     "unsigned long cudnnGetVersion(void) {\n"
+                     "  void *graph = dlopen(\"libcudnn_graph.so.9\", RTLD_NOW);\n"
+                     "  if (!graph) { fputs(\"Invalid handle. Cannot load symbol "
+                     "cudnnGetVersion\\n\", stderr); abort(); }\n"
+                     "  return ((unsigned long (*)(void)) dlsym(graph, \"cudnnGetVersion\"))();\n"
+                     "}",
+    "libcudnn_graph.so.9": "unsigned long cudnnGetVersion(void) { return 91000; }",
 }
 
 
@@ -98,8 +106,8 @@ def _fake_lib(folder: Path, soname: str) -> None:
     require_commands("gcc")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "x.c").write_text(FAKE_LIBS[soname] + "\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
-                    str(folder / soname), str(folder / "x.c")], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-Wl,-rpath,$ORIGIN",
+                    "-o", str(folder / soname), str(folder / "x.c"), "-ldl"], check=True)
 
 
 @pytest.fixture
@@ -142,6 +150,11 @@ def test_outside_an_image_nccl_and_cudnn_are_read_from_nvidias_wheels(tmp_path):
     assert checks["cudnn"] == Check(
         "cudnn", "n/a", "CuPy 14 has no cuDNN binding: Chainer convolves without cuDNN")
     _fake_lib(site / "nvidia" / "cudnn" / "lib", "libcudnn.so.9")
+    cudnn = _checks_with(empty, None, str(site))["cudnn"]  # calling the shim would abort
+    assert cudnn.status == "n/a" and cudnn.reason.startswith(
+        "CuPy 14 has no cuDNN binding: Chainer convolves without cuDNN; ")
+    assert f"{site}/nvidia/cudnn/lib/libcudnn_graph.so.9: cannot open" in cudnn.reason
+    _fake_lib(site / "nvidia" / "cudnn" / "lib", "libcudnn_graph.so.9")
     cudnn = _checks_with(empty, None, str(site))["cudnn"]
     assert cudnn == Check("cudnn", "PASS", f"cuDNN 9.10.0 (read from {site}/nvidia/cudnn/"
                                  "lib/libcudnn.so.9); CuPy 14 has no cuDNN binding: Chainer "

@@ -2,10 +2,10 @@
 
 That machine (docs/benchmarks.md) has Python 3.12 in a venv of its own with NumPy 2.5, CuPy,
 PyTorch and mpi4py, no MPI library, no network, and gets one try. The rehearsal makes such a
-venv from Python 3.12 with NumPy 2.5.2, hides Debian's Open MPI and ssh in a mount namespace,
-and runs every step with ``--device cpu``: the commands are the GPU run's, only the sizes and
-what the GPU-marked tests must do (skip, not pass) differ. PyTorch's step runs separately,
-with the CPU build of PyTorch on this disk.
+venv from Python 3.12 with NumPy 2.5.2, CuPy 14.2.0 and NCCL (they import without a GPU), hides
+Debian's Open MPI and ssh in a mount namespace, and runs every step with ``--device cpu``: the
+commands are the GPU run's, only the sizes and what the GPU-marked tests must do (skip, not
+pass) differ. PyTorch's step runs separately, with the CPU build of PyTorch on this disk.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ from bench import gpu_check
 
 from conftest import PYTHON, REPO, require_commands
 
-MACHINE_NUMPY = "2.5.2"  # what the GPU machine's venv holds (device/KINDS.md)
+MACHINE_NUMPY, MACHINE_CUPY = "2.5.2", "14.2.0"  # what the GPU machine's venv holds,
+MACHINE_NCCL = "2.32.6"  # and NVIDIA's NCCL wheel for CUDA 13 (its version there: unread)
+# CuPy names our code and the patched chainer use that CuPy 14 lacks, each behind a guard:
+# cuDNN's (cudnn_enabled, false without it) and CuPy 7's cupy.util (after cupy._util)
+ABSENT_IN_CUPY_14 = {"cupy.cuda.cudnn", "cupy.cudnn",
+                     "cupy.cudnn.create_spatial_transformer_descriptor",
+                     "cupy.util.PerformanceWarning"}
 CARRY_LIMIT = 60 * 2**20  # the working tree and the offline wheels, of the 64 MiB a call carries
 # Debian's Open MPI and ssh, hidden from the rehearsal: the GPU machine has neither.
 HIDDEN = ("/usr/lib/x86_64-linux-gnu/libmpi.so.40.30.4", "/usr/bin/orterun",
@@ -69,12 +75,14 @@ def _python312() -> str:
 @pytest.fixture(scope="module")
 def machine_venv(tmp_path_factory) -> Path:
     """A Python 3.12 venv holding what the GPU machine's holds that the check relies on:
-    NumPy 2.5 (CuPy and PyTorch need a GPU or are not built for 3.12 here)."""
+    NumPy 2.5, CuPy 14 and NCCL (not CUDA's other libraries: chainer finds CUDA unavailable
+    here; PyTorch is not built for 3.12 on this disk)."""
     venv = tmp_path_factory.mktemp("machine") / "venv"
     subprocess.run([_python312(), "-m", "venv", str(venv)], check=True, timeout=120)
     proc = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q",
-                           f"numpy=={MACHINE_NUMPY}"], capture_output=True, text=True,
-                          timeout=600, check=False)
+                           f"numpy=={MACHINE_NUMPY}", f"cupy-cuda13x=={MACHINE_CUPY}",
+                           f"nvidia-nccl-cu13=={MACHINE_NCCL}"],
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return venv
 
@@ -132,6 +140,22 @@ def test_what_a_call_carries_is_under_60_mib(offline_wheels):
     assert tree + wheels < CARRY_LIMIT, (tree, wheels)
 
 
+def test_the_cupy_names_we_use_are_in_cupy_14(machine_venv, offline_wheels, tmp_path):
+    """Every CuPy name the patched chainer, chainermn and our code refer to resolves in the
+    machine's CuPy 14, except those known to sit behind a guard."""
+    with zipfile.ZipFile(next(offline_wheels.glob("chainer-7.8.1*.whl"))) as whl:
+        whl.extractall(tmp_path)
+    folders = [tmp_path / "chainer", tmp_path / "chainermn",
+               *(REPO / name for name in ("chainermn_rt", "bench", "examples"))]
+    proc = subprocess.run([str(machine_venv / "bin/python"), "tests/programs/cupy_names.py",
+                           *map(str, folders)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout)
+    assert found["cupy"] == MACHINE_CUPY and found["chains"] > 50, found
+    assert set(found["missing"]) == ABSENT_IN_CUPY_14, found["missing"]
+
+
 def test_gpu_tests_is_the_number_of_gpu_marked_tests():
     proc = subprocess.run([PYTHON, "-m", "pytest", "-m", "gpu", "--collect-only", "-q",
                            "-p", "no:cacheprovider", "tests"], cwd=REPO, capture_output=True,
@@ -161,6 +185,7 @@ def test_every_step_runs_in_an_environment_like_the_gpu_machines(machine_venv, o
     rates = json.loads((out / gpu_check.RATES).read_text())
     machine = rates["machine"]
     assert machine["python"].startswith("3.12.") and machine["numpy"] == MACHINE_NUMPY
+    assert machine["cupy"] == MACHINE_CUPY and machine["cudnn_in_cupy"] is False
     assert machine["mpi"] == "Open MPI v5.0.11"  # the wheel's, not Debian's 4.1.4
     assert rates["chainer"]["framework"] == "chainer" and rates["chainer"]["images_per_s"] > 0
     assert rates["bench_train"]["communicator"] == "chunked"

@@ -256,6 +256,16 @@ def _requirements_satisfied(*requirements):
         "        thread.setDaemon(True)\n",
         "        thread.daemon = True\n",
         "Python>=3.10 deprecates Thread.setDaemon: DeprecationWarning in MultiprocessIterator"),
+    Fix("cuda-no-cudnn-advice-on-cupy-14", "chainer/backends/cuda.py",
+        """    if (not cudnn_enabled and
+            not _cudnn_disabled_by_user and
+""",
+        """    # chainermn-rt: CuPy 14 has no cuDNN binding: reinstalling CuPy cannot enable it
+    if (not cudnn_enabled and _cupy_major < 14 and
+            not _cudnn_disabled_by_user and
+""",
+        "CuPy 14 dropped cuDNN: every GPU run warned 'cuDNN is not enabled. Please reinstall "
+        "CuPy after you install cudnn', which cannot help"),
     # --- ChainerMN --------------------------------------------------------------------------
     Fix("multi-node-iterator-size", "chainermn/iterators/multi_node_iterator.py",
         "        self.dataset_size = int(_size)\n",

@@ -125,6 +125,11 @@ def _wheel_library_dirs() -> list[Path]:
     return found
 
 
+# cuDNN 9's libcudnn.so.9 forwards its functions to libcudnn_graph.so.9, loaded at the first
+# call, and aborts the process when that does not load: call the function there instead.
+_HOLDERS = {"libcudnn.so.9": "libcudnn_graph.so.9"}
+
+
 def _library_version(sonames: tuple[str, ...], function: str, decode
                      ) -> tuple[str | None, str]:
     """(version, where) read by calling ``function`` of the first of ``sonames`` that loads,
@@ -136,6 +141,10 @@ def _library_version(sonames: tuple[str, ...], function: str, decode
                                 if (d / soname).is_file()]:
             try:
                 lib = ctypes.CDLL(name)
+                holder = _HOLDERS.get(soname)
+                if holder:  # beside it, or by the same search
+                    lib = ctypes.CDLL(str(Path(name).with_name(holder)) if "/" in name
+                                      else holder)
             except OSError as err:
                 errors.append(str(err))
                 continue
@@ -216,7 +225,7 @@ def cudnn_check(flavor: str, versions: dict | None = None) -> Check:
     have, where = _library_version(("libcudnn.so.9", "libcudnn.so.8"), "cudnnGetVersion",
                                    _cudnn_decode)
     if have is None:
-        return Check("cudnn", NA, note)
+        return Check("cudnn", NA, note if "libcudnn_graph" not in where else f"{note}; {where}")
     return Check("cudnn", PASS, f"cuDNN {have} (read from {where}); {note}")
 
 
