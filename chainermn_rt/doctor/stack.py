@@ -224,8 +224,9 @@ def cudnn_check(flavor: str, versions: dict | None = None) -> Check:
         return Check("cudnn", NA, f"{flavor} flavour has no cuDNN")
     have, where = _library_version(("libcudnn.so.9", "libcudnn.so.8"), "cudnnGetVersion",
                                    _cudnn_decode)
-    if have is None:
-        return Check("cudnn", NA, note if "libcudnn_graph" not in where else f"{note}; {where}")
+    if have is None:  # say why when libcudnn.so.9 is there but what it forwards to is not
+        broken = _HOLDERS["libcudnn.so.9"] in where
+        return Check("cudnn", NA, f"{note}; {where}" if broken else note)
     return Check("cudnn", PASS, f"cuDNN {have} (read from {where}); {note}")
 
 
