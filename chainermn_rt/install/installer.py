@@ -48,12 +48,19 @@ IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (python -m "
 VERSIONS_IN_IMAGE = Path("opt/chainermn_rt/VERSIONS")
 
 
-def min_python() -> tuple[int, int]:
-    """The package's Requires-Python (``>=3.11`` -> (3, 11)), from its metadata."""
+def min_python(spec: str | None = None) -> tuple[int, int]:
+    """The lower bound of ``spec``, by default the package's Requires-Python (its metadata).
+
+    >>> min_python(">=3.11, <3.14")
+    (3, 11)
+    """
     from importlib.metadata import metadata
 
-    major, minor = re.fullmatch(r">=\s*(\d+)\.(\d+)", metadata(NAME)["Requires-Python"]).groups()
-    return int(major), int(minor)
+    spec = metadata(NAME)["Requires-Python"] if spec is None else spec
+    bound = re.search(r">=\s*(\d+)\.(\d+)", spec)
+    if bound is None:  # the package's own metadata: a packaging error, not the user's
+        raise ValueError(f"Requires-Python {spec!r} has no '>=X.Y' bound")
+    return int(bound.group(1)), int(bound.group(2))
 
 
 def check_image(runtime: str, image: Path | None) -> Path | None:
