@@ -4,6 +4,8 @@
 (2, 1, 3)
 """
 
+import sys
+
 
 class UserError(Exception):
     """Bad input from a person: a site profile, a CLI argument or a job request.
@@ -38,3 +40,12 @@ EXIT_STATUSES = {0: "success", JobFailed.exit_status: "the job or a check failed
                  UserError.exit_status: "bad input (a site profile, an argument, a request)",
                  EnvironmentProblem.exit_status: "the environment is not ready (a missing "
                                                  "tool, Slurm unreachable, the sandbox down)"}
+
+
+def print_line(line: str) -> None:
+    """``line`` and its newline to stderr in one write. Under ``PYTHONUNBUFFERED=1``
+    ``print()`` writes them apart, and a launcher that forwards many processes' output (mpirun,
+    srun) may put another's text, such as its own MPI_Abort notice, between the two."""
+    sys.stderr.flush()
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import threading
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from chainermn_rt.communicators import (
     nccl_gpu_available,
     resolve_name,
 )
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.job_env import JobEnvironment, check_against_mpi, first_rank
 from chainermn_rt.rank_contract import check_settings
 from chainermn_rt.watchdog import startup
@@ -54,7 +53,7 @@ def check_rank_settings() -> None:
         check_settings(os.environ)
     except UserError as err:
         if first_rank():
-            print(f"chainermn-rt: error: {err}", file=sys.stderr, flush=True)
+            print_line(f"chainermn-rt: error: {err}")
         raise SystemExit(UserError.exit_status) from None
 
 

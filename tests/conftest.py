@@ -114,9 +114,27 @@ def gpu_available() -> bool:
     return count > 0
 
 
+def mpi_init_segfault(text: str, started: str | None = None) -> bool:
+    """Debian's Open MPI 4.1.4 crashing in MPI_Init (a null call in mca_btl_tcp) before any
+    rank printed ``started`` (when given): about 2 % of the sandbox's multi-node launches."""
+    return ("Signal: Segmentation fault" in text and "Failing at address: (nil)" in text
+            and (started is None or started not in text))
+
+
+def _rerun_on_mpi_init_segfault(error: BaseException | None) -> bool:
+    return error is not None and mpi_init_segfault(str(error))
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="no CUDA GPU with CuPy here")
     if any("gpu" in item.keywords for item in items) and not gpu_available():
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
+    # A test of real ranks whose failure shows Open MPI's MPI_Init crash above runs once more
+    # (pytest-rerunfailures; reported as RERUN). Its own helpers retry single jobs for less.
+    if config.pluginmanager.hasplugin("rerunfailures"):
+        for item in items:
+            if {"slurm", "mpi"} & set(item.keywords):
+                item.add_marker(pytest.mark.flaky(reruns=1,
+                                                  condition=_rerun_on_mpi_init_segfault))

@@ -21,7 +21,7 @@ import pytest
 
 from chainermn_rt.sandbox import Sandbox, SandboxError
 
-from conftest import require_commands
+from conftest import mpi_init_segfault, require_commands
 
 SANDBOX_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "ip",
                     "nsenter", "unshare")
@@ -56,13 +56,6 @@ def submit_text(sb: Sandbox, text: str, args: list[str] = ()) -> str:
 def job_output(sb: Sandbox, job: str) -> str:
     path = sb.state_dir / "jobs" / f"slurm-{job}.out"
     return path.read_text(errors="replace") if path.exists() else ""
-
-
-def mpi_init_segfault(text: str, started: str) -> bool:
-    """Debian's Open MPI 4.1.4 crashing in MPI_Init (a null call in mca_btl_tcp) before any
-    rank printed ``started``: about 2 % of the sandbox's multi-node launches."""
-    return ("Signal: Segmentation fault" in text and "Failing at address: (nil)" in text
-            and started not in text)
 
 
 def run_job(sb: Sandbox, script: Path, cwd: Path, started: str, timeout: float = 600):

@@ -83,6 +83,32 @@ def test_the_previous_hook_runs_first_then_mpi_abort(hook, monkeypatch, capsys):
                                        "out of data ...; aborting the job\n")
 
 
+class Writes:
+    """A stderr that keeps each write() apart, as an unbuffered one (PYTHONUNBUFFERED=1) does."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("value", [RuntimeError("out of data"),
+                                   UserError("resume: damaged")])
+def test_the_rank_line_before_mpi_abort_is_one_write(hook, monkeypatch, value):
+    """mpirun put its MPI_Abort notice between a line and its newline when they came in two
+    writes (print() under PYTHONUNBUFFERED=1); each line is written whole."""
+    _fake_mpi(monkeypatch)
+    monkeypatch.setattr(sys, "stderr", Writes())
+    sys.excepthook(type(value), value, None)
+    assert len(sys.stderr.writes) == 1 and sys.stderr.writes[0].count("\n") == 1
+    assert sys.stderr.writes[0].startswith("chainermn-rt: ")
+    assert sys.stderr.writes[0].endswith("\n")
+
+
 def test_a_failing_previous_hook_still_aborts(monkeypatch, capsys):
     def broken(*_):
         raise OSError("stderr is gone")

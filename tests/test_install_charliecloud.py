@@ -13,7 +13,7 @@ from fixtures_install import install
 from chainermn_rt.install.installer import tree_sha256
 from chainermn_rt.slurm_client import Slurm
 
-from fixtures_sandbox import mpi_init_segfault
+from conftest import mpi_init_segfault
 
 pytestmark = [pytest.mark.docker, pytest.mark.slurm]
 

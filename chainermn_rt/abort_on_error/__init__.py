@@ -36,7 +36,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.rank_contract import ABORT_ON_ERROR_VAR, setting
 
 # Holds only sitecustomize.py: the folder the per-rank step puts first on PYTHONPATH.
@@ -69,7 +69,7 @@ def install(environ: Mapping[str, str] | None = None) -> bool:
             if not user_error:
                 previous(exc_type, value, tb)
             elif _shows(value):
-                print(f"chainermn-rt: error: {value}", file=sys.stderr, flush=True)
+                print_line(f"chainermn-rt: error: {value}")
         finally:
             abort_if_mpi(exc_type, value, announce=not user_error)  # its line says it all
         if user_error and _live_world() is None:  # one process: still bad input's status, 2
@@ -128,8 +128,8 @@ def _abort_at_exit() -> None:
     if _exit_status is None or mpi is None:
         return
     world = mpi.COMM_WORLD
-    print(f"chainermn-rt: rank {world.Get_rank()} on {socket.gethostname()} exited with "
-          f"status {_exit_status}; aborting the job", file=sys.stderr, flush=True)
+    print_line(f"chainermn-rt: rank {world.Get_rank()} on {socket.gethostname()} exited with "
+               f"status {_exit_status}; aborting the job")
     mpi._set_abort_status(_exit_status)
 
 
@@ -163,7 +163,7 @@ def abort_if_mpi(exc_type: type, value: BaseException | None, thread=None,
     if thread is not None:
         line = line.replace(" failed:", f" failed in thread {thread.name!r}:", 1)
     if announce:
-        print(line, file=sys.stderr, flush=True)
+        print_line(line)
     world.Abort(exc_type.exit_status if issubclass(exc_type, UserError) else 1)
 
 

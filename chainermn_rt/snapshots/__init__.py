@@ -19,10 +19,9 @@ model draws random numbers on the GPU).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.snapshots import store
 from chainermn_rt.snapshots.store import SnapshotError, check_set
 
@@ -63,12 +62,11 @@ def resumable(trainer, comm, *, every: int = 0, keep: int = 2, resume: str | Pat
                 raise SnapshotError(error, everywhere=True)
             start = trainer.updater.iteration
             if world.rank == 0:
-                print(f"chainermn-rt: resuming from {path} (iteration {start})", file=sys.stderr,
-                      flush=True)
+                print_line(f"chainermn-rt: resuming from {path} (iteration {start})")
             break
         if explicit:
             raise SnapshotError(f"resume: {error}", everywhere=True)
         if world.rank == 0:
-            print(f"chainermn-rt: warning: skipping {error}", file=sys.stderr, flush=True)
+            print_line(f"chainermn-rt: warning: skipping {error}")
     trainer.extend(Resumable(world, directory, every, keep))
     return start

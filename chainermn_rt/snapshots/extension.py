@@ -21,6 +21,7 @@ from pathlib import Path
 import chainer
 import numpy
 
+from chainermn_rt.errors import print_line
 from chainermn_rt.rank_contract import STOP_DONE_SUFFIX, STOP_FILE_VAR
 from chainermn_rt.snapshots import store
 
@@ -152,6 +153,6 @@ class Resumable(chainer.training.Extension):
         """After the requested set: tell the shell where it is, then end the program."""
         if self.world.rank == 0:
             store.write_file(Path(self.stop_file + STOP_DONE_SUFFIX), f"{path}\n".encode())
-            print(f"chainermn-rt: snapshot {path} written on the job's request (time limit or "
-                  "preemption); stopping so the job can be requeued", file=sys.stderr, flush=True)
+            print_line(f"chainermn-rt: snapshot {path} written on the job's request (time limit "
+                       "or preemption); stopping so the job can be requeued")
         sys.exit(0)

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 
+from chainermn_rt.errors import print_line
 from chainermn_rt.watchdog.diagnosis import Report, diagnose
 from chainermn_rt.watchdog.settings import Settings, read
 
@@ -148,11 +149,11 @@ class Watchdog(threading.Thread):
         if self.settings.action == "warn":
             if seq not in self.warned:
                 self.warned.add(seq)
-                print(f"chainermn-rt: warning: {line}", file=sys.stderr, flush=True)
+                print_line(f"chainermn-rt: warning: {line}")
             return
         from mpi4py import MPI
 
-        print(f"chainermn-rt: {line}; aborting the job", file=sys.stderr, flush=True)
+        print_line(f"chainermn-rt: {line}; aborting the job")
         MPI.COMM_WORLD.Abort(1)
 
     def stop(self) -> None:

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from chainermn_rt.errors import print_line
 from chainermn_rt.job_env import JobEnvironment
 from chainermn_rt.rank_contract import RANK_PID_VAR
 from chainermn_rt.watchdog.settings import read
@@ -52,7 +53,8 @@ _WATCHER = """import os, select, signal, sys, time
 pid, timeout, line = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 if select.select([0], [], [], timeout)[0]:
     sys.exit(0)
-print(line, file=sys.stderr, flush=True)
+sys.stderr.write(line + "\\n")  # one write: see chainermn_rt.errors.print_line
+sys.stderr.flush()
 os.kill(pid, signal.SIGTERM)
 time.sleep(5)
 try:
@@ -83,7 +85,7 @@ def limit(what: str, done: Callable[[], bool], timeout: float | None = None,
         deadline = time.monotonic() + timeout
         while not done():
             if watcher is None and time.monotonic() > deadline:
-                print(line, file=sys.stderr, flush=True)
+                print_line(line)
                 os._exit(1)
             time.sleep(min(0.5, timeout / 20))
         if watcher is not None:
@@ -109,8 +111,8 @@ class _MpiStartup:
         """Half the time after Python started, name this rank if it has not begun MPI's."""
         time.sleep(max(0.0, _started + self.timeout / 2 - time.monotonic()))
         if not self.begun and MODULE not in sys.modules:
-            print(f"chainermn-rt: {who()} has not begun MPI start-up {self.timeout / 2:.0f} s "
-                  "after it started; the others wait for it", file=sys.stderr, flush=True)
+            print_line(f"chainermn-rt: {who()} has not begun MPI start-up "
+                       f"{self.timeout / 2:.0f} s after it started; the others wait for it")
 
 
 def arm(environ: Mapping[str, str] | None = None) -> bool:
