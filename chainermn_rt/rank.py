@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from chainermn_rt import abort_on_error
 from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.job_env import JobEnvironment, shown
 from chainermn_rt.rank_contract import (
     RANK_LOG_VAR,
@@ -132,8 +131,8 @@ def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
         if chosen:
             os.sched_setaffinity(0, chosen)
         else:
-            print(f"chainermn-rt rank: warning: CPUs {b.slot.cpus} are outside this task's "
-                  f"allowed CPUs {sorted(allowed)}; not binding", file=sys.stderr)
+            print_line(f"chainermn-rt rank: warning: CPUs {b.slot.cpus} are outside this task's "
+                       f"allowed CPUs {sorted(allowed)}; not binding")
     environ.update(b.env)
     environ.update(abort_on_error.rank_env(environ))
     environ[RANK_PID_VAR] = str(os.getpid())  # exec keeps it
@@ -167,6 +166,5 @@ def main(command: list[str]) -> int:
     try:
         os.execvp(argv[0], argv)
     except OSError as err:
-        print(f"chainermn-rt rank: error: COMMAND: cannot run {argv[0]!r}: {err.strerror}",
-              file=sys.stderr)
+        print_line(f"chainermn-rt rank: error: COMMAND: cannot run {argv[0]!r}: {err.strerror}")
         return 127

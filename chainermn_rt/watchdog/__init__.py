@@ -27,7 +27,6 @@ from __future__ import annotations
 import atexit
 import functools
 import socket
-import sys
 import threading
 import time
 
@@ -175,8 +174,8 @@ def watch(comm, settings: Settings | None = None):
         return comm
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         if mpi_comm.Get_rank() == 0:
-            print("chainermn-rt: warning: no stall watchdog: MPI was not initialised with "
-                  "MPI_THREAD_MULTIPLE", file=sys.stderr)
+            print_line("chainermn-rt: warning: no stall watchdog: MPI was not initialised with "
+                       "MPI_THREAD_MULTIPLE")
         return comm
     progress = Progress()
     for name in COLLECTIVES:
