@@ -16,6 +16,8 @@ from pathlib import Path
 import mpi4py
 import pytest
 
+from chainermn_rt.sandbox.mpi_crash import crashed_at_start
+
 # MPI runs only in the ranks the tests start. Initialised in this process (importing
 # mpi4py.MPI does that), a singleton MPI would set PMIx variables in the C environment,
 # which every later mpirun inherits and fails on.
@@ -114,15 +116,8 @@ def gpu_available() -> bool:
     return count > 0
 
 
-def mpi_init_segfault(text: str, started: str | None = None) -> bool:
-    """Debian's Open MPI 4.1.4 crashing in MPI_Init (a null call in mca_btl_tcp) before any
-    rank printed ``started`` (when given): about 2 % of the sandbox's multi-node launches."""
-    return ("Signal: Segmentation fault" in text and "Failing at address: (nil)" in text
-            and (started is None or started not in text))
-
-
 def _rerun_on_mpi_init_segfault(error: BaseException | None) -> bool:
-    return error is not None and mpi_init_segfault(str(error))
+    return error is not None and crashed_at_start(str(error))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -131,8 +126,9 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
-    # A test of real ranks whose failure shows Open MPI's MPI_Init crash above runs once more
-    # (pytest-rerunfailures; reported as RERUN). Its own helpers retry single jobs for less.
+    # A test of real ranks whose failure shows Open MPI's MPI_Init crash (crashed_at_start)
+    # runs once more (pytest-rerunfailures; reported as RERUN); submit_retrying, which the tests
+    # of single jobs use, retries just the job.
     if config.pluginmanager.hasplugin("rerunfailures"):
         for item in items:
             if {"slurm", "mpi"} & set(item.keywords):

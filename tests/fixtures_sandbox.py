@@ -21,7 +21,7 @@ import pytest
 
 from chainermn_rt.sandbox import Sandbox, SandboxError
 
-from conftest import mpi_init_segfault, require_commands
+from conftest import require_commands
 
 SANDBOX_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "ip",
                     "nsenter", "unshare")
@@ -56,21 +56,3 @@ def submit_text(sb: Sandbox, text: str, args: list[str] = ()) -> str:
 def job_output(sb: Sandbox, job: str) -> str:
     path = sb.state_dir / "jobs" / f"slurm-{job}.out"
     return path.read_text(errors="replace") if path.exists() else ""
-
-
-def run_job(sb: Sandbox, script: Path, cwd: Path, started: str, timeout: float = 600):
-    """Submit ``script`` from ``cwd`` and wait: (final state, the job's log text).
-
-    Debian's Open MPI 4.1.4 segfaults in MPI_Init in about 2 % of the sandbox's 2 x 2 launches
-    (mca_btl_tcp calling a null pointer; see test_cluster_doctor_sandbox.py): a job that
-    crashed so before its ranks printed ``started`` is submitted once more. Any other result
-    counts as it is."""
-    for _ in range(2):
-        job = sb.slurm.submit(script, cwd=cwd)
-        state = sb.slurm.wait(job, timeout=timeout, poll=0.5)
-        out = next(cwd.glob(f"*-{job}.out"), None)
-        text = out.read_text(errors="replace") if out else ""
-        if not (state.state == "FAILED" and mpi_init_segfault(text, started)):
-            break
-        print(f"\nRETRIED job {job}: Open MPI's MPI_Init segfault before '{started}'")
-    return state, f"job {job}: {state}\n{text}"

@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 from fixtures_docker import MNIST, _run, ch_run, charliecloud_site, docker_run
 
+from chainermn_rt.sandbox.mpi_crash import submit_retrying
 from containers import build as image_build
 from containers.dockerd import DOCKER
 from containers.versions import load, python_pins
 
 from conftest import REPO
-from fixtures_sandbox import run_job
 
 pytestmark = pytest.mark.docker
+STARTED = " ranks, communicator "  # the MNIST programs' first line once MPI has started
 
 
 def test_doctor_passes_inside_the_image(engine, cpu_image):
@@ -178,8 +179,8 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
     script = tmp_path / "job.sh"
     script.write_text(render(plan))
     assert "ch-run --set-env" in script.read_text()
-    state, text = run_job(sandbox, script, tmp_path, started=" ranks, communicator ")
-    assert tuple(state) == ("COMPLETED", 0), text[-3000:]
+    job, state, text = submit_retrying(sandbox.slurm, script, tmp_path, STARTED, timeout=600)
+    assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"
     digests = re.findall(r"rank (\d) parameters sha256 (\w+)", text)
     assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], text[-3000:]
     assert len({d for _, d in digests}) == 1, text[-3000:]
@@ -201,17 +202,19 @@ def test_in_charliecloud_a_failing_rank_ends_the_job_and_the_time_limit_requeues
     mnist = ["python", str(REPO / "tests" / "programs" / "resumable_mnist.py"), "--n-train",
              "4000", "--n-test", "400", "--unit", "100", "--batchsize", "50", "--iterations",
              "120", "--snapshot-every", "20", "--log-every", "20", "--no-progress"]
-    jobs = {"fail": (["python", str(REPO / "tests" / "programs" / "fail_rank.py")], "5"),
-            "reference": ([*mnist, "--out", str(tmp_path / "reference")], "5"),
-            "limit": ([*mnist, "--out", str(tmp_path / "limit"), "--slow-from", "41"], "2")}
+    # each job: (command, time limit, what its ranks print once MPI has started)
+    jobs = {"fail": (["python", str(REPO / "tests" / "programs" / "fail_rank.py")], "5",
+                     ": first allreduce "),
+            "reference": ([*mnist, "--out", str(tmp_path / "reference")], "5", STARTED),
+            "limit": ([*mnist, "--out", str(tmp_path / "limit"), "--slow-from", "41"], "2",
+                      STARTED)}
     logs = {}
-    for name, (command, time_limit) in jobs.items():
+    for name, (command, time_limit, started) in jobs.items():
         plan = make_plan(site, Request(nodes=2, partition="cpu", job_name=name, time=time_limit,
                                        env=env, command=tuple(command)))
         (tmp_path / f"{name}.sh").write_text(render(plan))
-        job = sandbox.slurm.submit(tmp_path / f"{name}.sh", cwd=tmp_path)
-        state = sandbox.slurm.wait(job, timeout=600, poll=0.5)
-        logs[name] = (tmp_path / f"{name}-{job}.out").read_text(errors="replace")
+        _, state, logs[name] = submit_retrying(sandbox.slurm, tmp_path / f"{name}.sh", tmp_path,
+                                               started, timeout=600)
         assert state.state == ("FAILED" if name == "fail" else "COMPLETED"), \
             f"{name}: {state}\n{logs[name][-3000:]}"
     assert re.search(r"chainermn-rt: rank 1 on node\d failed: RuntimeError: rank 1 fails on "

@@ -11,9 +11,8 @@ from fixtures_docker import charliecloud_site
 from fixtures_install import install
 
 from chainermn_rt.install.installer import tree_sha256
+from chainermn_rt.sandbox.mpi_crash import crashed_at_start
 from chainermn_rt.slurm_client import Slurm
-
-from conftest import mpi_init_segfault
 
 pytestmark = [pytest.mark.docker, pytest.mark.slurm]
 
@@ -37,10 +36,10 @@ def test_the_installed_image_runs_ranks_through_its_python3(sandbox, charlieclou
     assert f'image = "{copy}"' in (home / "site.toml").read_text()
     # ch-run wants $USER, which a login has and this test's environment may lack
     slurm = Slurm(env={**sandbox.env(), "USER": "root"})
-    for _ in range(2):  # once more after Debian's Open MPI crashes in MPI_Init (as run_job)
+    for _ in range(2):  # once more after Debian's Open MPI crashes in MPI_Init (mpi_crash)
         ranks = slurm.run(["srun", "-N2", "--ntasks-per-node=2", "--mpi=pmix", "-p", "cpu",
                            "-t", "5", str(home / "bin/python3"), "-c", ALLGATHER], timeout=300)
-        if not (ranks.returncode and mpi_init_segfault(ranks.stdout + ranks.stderr, "rank ")):
+        if not (ranks.returncode and crashed_at_start(ranks.stdout + ranks.stderr, "rank ")):
             break
     lines = sorted(re.findall(r"^rank \d of 4 in image True \[0, 1, 2, 3\]$", ranks.stdout,
                               re.M))

@@ -1,14 +1,22 @@
-"""The suite's one rerun: a test of real ranks that failed on Open MPI's MPI_Init crash
-(conftest.mpi_init_segfault) runs once more; any other failure counts as it is."""
+"""Debian's Open MPI crash in MPI_Init (chainermn_rt.sandbox.mpi_crash): a test of real ranks
+that failed on it runs once more, a sandbox job that crashed so is submitted once more; any
+other failure counts as it is."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 
-from conftest import REPO, mpi_init_segfault
+import pytest
+
+from chainermn_rt.sandbox.mpi_crash import crashed_at_start, submit_retrying
+
+from conftest import REPO
 
 SUITE_CONFTEST = REPO / "tests" / "conftest.py"
+STARTED = " ranks, communicator "
 CRASH = """[node1:20433] *** Process received signal ***
 [node1:20433] Signal: Segmentation fault (11)
 [node1:20433] Signal code: Address not mapped (1)
@@ -70,7 +78,36 @@ def test_only_a_failure_showing_the_mpi_init_crash_runs_again(tmp_path):
 
 
 def test_the_crash_is_told_apart_by_what_the_ranks_printed():
-    assert mpi_init_segfault(CRASH) and mpi_init_segfault(CRASH, started="ranks, communicator")
-    assert not mpi_init_segfault(CRASH + "\n4 ranks, communicator pure_nccl",
+    assert crashed_at_start(CRASH) and crashed_at_start(CRASH, started="ranks, communicator")
+    assert not crashed_at_start(CRASH + "\n4 ranks, communicator pure_nccl",
                                  started="ranks, communicator")
-    assert not mpi_init_segfault(CRASH.replace("(nil)", "0x18"))  # a crash of another kind
+    assert not crashed_at_start(CRASH.replace("(nil)", "0x18"))  # a crash of another kind
+
+
+@pytest.mark.slurm
+def test_a_sandbox_job_that_crashed_so_is_submitted_once_more(sandbox, tmp_path):
+    """Real jobs whose scripts print the crash as Open MPI does: the one that crashed before
+    its ranks started runs again; one that crashed after, or failed otherwise, does not."""
+    said = []
+
+    def job(name: str, first: str, then: str) -> tuple[str, str, str]:
+        folder = tmp_path / name
+        folder.mkdir()
+        script = folder / "job.sh"
+        script.write_text("#!/bin/sh\n#SBATCH --partition=cpu --nodes=1 --time=2\n"
+                          f"#SBATCH --output={folder}/slurm-%j.out\n"
+                          "if [ -e ran ]; then " + then + "; fi\n"
+                          "touch ran\n" + first + "\n")
+        return submit_retrying(sandbox.slurm, script, folder, STARTED, say=said.append)
+
+    crash = f"printf '%s\\n' {shlex.quote(CRASH)}; exit 139"
+    second, state, text = job("before", crash, f"echo '4{STARTED}pure_nccl'; exit 0")
+    assert tuple(state) == ("COMPLETED", 0) and STARTED in text, text
+    crashed = re.fullmatch(r"job (\d+): Debian's Open MPI 4\.1\.4 crashed in MPI_Init, a known "
+                           r"fault of the sandbox's MPI \(docs/sandbox\.md\); submitting the job "
+                           r"once more", said[0])
+    assert len(said) == 1 and crashed and crashed[1] != second, said
+    _, state, text = job("after", f"echo '4{STARTED}x'; {crash}", "exit 0")
+    assert tuple(state) == ("FAILED", 139) and len(said) == 1, text
+    _, state, _ = job("other", "echo 'Traceback: ValueError'; exit 1", "exit 0")
+    assert tuple(state) == ("FAILED", 1) and len(said) == 1
