@@ -1,7 +1,7 @@
 """Debian's Open MPI 4.1.4 start-up crash on the sandbox: told apart, and its job run once more.
 
-In about 1-2 % of the sandbox's multi-node launches (2 of 300 bare ``srun --mpi=pmix`` launches
-of 2 x 2 ranks with the host's cores busy) a rank segfaults inside ``MPI_Init``: still waiting
+In about 1-2 % of the sandbox's multi-node launches (fewer for a bare program: 2 of 300 bare
+``srun --mpi=pmix`` launches of 2 x 2 ranks, cores busy) a rank segfaults in ``MPI_Init``: waiting
 in the modex fence, it receives the first message of a peer already past ``MPI_Init``, and its
 TCP BTL calls the PML's handler for it, not yet registered (a null pointer; the core dump's
 stack: ``ompi_mpi_init`` -> ``opal_progress`` -> libevent -> ``mca_btl_tcp``). The job's log
