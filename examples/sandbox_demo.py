@@ -24,7 +24,6 @@ from chainermn_rt.sandbox.mpi_crash import submit_retrying
 
 HERE = Path(__file__).resolve().parent
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # PrintReport's terminal codes
-JOB_NAME = "mnist-demo"
 STARTED = " ranks, communicator "  # train_mnist.py's first line once MPI has started
 
 
@@ -36,7 +35,7 @@ def render_job(out: Path, iterations: int, site: str = "sandbox",
              "--log-every", str(max(iterations // 5, 1)), "--no-progress", "--unit", "100",
              "--n-train", "6000", "--n-test", "1000", "--out", str(out / "result")]
     argv = ["chainermn-rt", "render", "--site", site, "--nodes", "2", "--gpus-per-node", "2",
-            "--time", "10", "--job-name", JOB_NAME, "--python", python,
+            "--time", "10", "--job-name", "mnist-demo", "--python", python,
             "--env", "OMP_NUM_THREADS=1",
             "--env", f"{VERBOSE_VAR}=1",  # each rank says where it runs
             "--output", str(script), "--", *train]
@@ -56,15 +55,15 @@ def run_demo(sandbox: Sandbox, out: Path, iterations: int, site: str = "sandbox"
     print(f"\n== 2/4 job script {script}, rendered by:\n{shlex.join(render_argv)}", flush=True)
     started = time.monotonic()
     print(f"\n== 3/4 sbatch {script.name}; waiting for the job's final state", flush=True)
-    job, state, text = submit_retrying(sandbox.client(), script, out, STARTED,
-                                       say=lambda line: print(line, flush=True))
+    job, state, log, text = submit_retrying(sandbox.client(), script, out, STARTED,
+                                            say=lambda line: print(line, flush=True))
     print(f"job {job}: {state.state}, exit code {state.exit_code}, "
           f"{time.monotonic() - started:.0f} s", flush=True)
     text = ANSI.sub("", text)
     ranks = sorted(ln for ln in text.splitlines() if ln.startswith("rank ") and " on " in ln)
     print("\n== 4/4 results\nwhere each rank ran:")
     print("\n".join(f"  {line}" for line in ranks) or "  (no rank reported)")
-    print(f"training log ({out / f'{JOB_NAME}-{job}.out'}):")  # the profile's %x-%j.out
+    print(f"training log ({log}):")
     print("\n".join(f"  {line}" for line in text.splitlines() if line not in ranks))
     if state != ("COMPLETED", 0):
         print(f"demo FAILED: job {job} ended {state.state} with exit code {state.exit_code}")

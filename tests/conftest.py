@@ -127,8 +127,8 @@ def pytest_collection_modifyitems(config, items):
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
     # A test of real ranks whose failure shows Open MPI's MPI_Init crash (crashed_at_start)
-    # runs once more (pytest-rerunfailures; reported as RERUN); submit_retrying, which the tests
-    # of single jobs use, retries just the job.
+    # runs once more (pytest-rerunfailures; reported as RERUN). Tests that resubmit just the
+    # crashed job (submit_retrying, the doctor's and the installed image's) rarely get here.
     if config.pluginmanager.hasplugin("rerunfailures"):
         for item in items:
             if {"slurm", "mpi"} & set(item.keywords):

@@ -179,7 +179,7 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
     script = tmp_path / "job.sh"
     script.write_text(render(plan))
     assert "ch-run --set-env" in script.read_text()
-    job, state, text = submit_retrying(sandbox.slurm, script, tmp_path, STARTED, timeout=600)
+    job, state, _, text = submit_retrying(sandbox.slurm, script, tmp_path, STARTED, timeout=600)
     assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"
     digests = re.findall(r"rank (\d) parameters sha256 (\w+)", text)
     assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], text[-3000:]
@@ -213,8 +213,8 @@ def test_in_charliecloud_a_failing_rank_ends_the_job_and_the_time_limit_requeues
         plan = make_plan(site, Request(nodes=2, partition="cpu", job_name=name, time=time_limit,
                                        env=env, command=tuple(command)))
         (tmp_path / f"{name}.sh").write_text(render(plan))
-        _, state, logs[name] = submit_retrying(sandbox.slurm, tmp_path / f"{name}.sh", tmp_path,
-                                               started, timeout=600)
+        _, state, _, logs[name] = submit_retrying(sandbox.slurm, tmp_path / f"{name}.sh",
+                                                  tmp_path, started, timeout=600)
         assert state.state == ("FAILED" if name == "fail" else "COMPLETED"), \
             f"{name}: {state}\n{logs[name][-3000:]}"
     assert re.search(r"chainermn-rt: rank 1 on node\d failed: RuntimeError: rank 1 fails on "

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from chainermn_rt.sandbox.mpi_crash import crashed_at_start, submit_retrying
+from chainermn_rt.sandbox.mpi_crash import Finished, crashed_at_start, submit_retrying
 
 from conftest import REPO
 
@@ -90,7 +90,7 @@ def test_a_sandbox_job_that_crashed_so_is_submitted_once_more(sandbox, tmp_path)
     its ranks started runs again; one that crashed after, or failed otherwise, does not."""
     said = []
 
-    def job(name: str, first: str, then: str) -> tuple[str, str, str]:
+    def job(name: str, first: str, then: str) -> Finished:
         folder = tmp_path / name
         folder.mkdir()
         script = folder / "job.sh"
@@ -101,13 +101,13 @@ def test_a_sandbox_job_that_crashed_so_is_submitted_once_more(sandbox, tmp_path)
         return submit_retrying(sandbox.slurm, script, folder, STARTED, say=said.append)
 
     crash = f"printf '%s\\n' {shlex.quote(CRASH)}; exit 139"
-    second, state, text = job("before", crash, f"echo '4{STARTED}pure_nccl'; exit 0")
+    second, state, _, text = job("before", crash, f"echo '4{STARTED}pure_nccl'; exit 0")
     assert tuple(state) == ("COMPLETED", 0) and STARTED in text, text
     crashed = re.fullmatch(r"job (\d+): Debian's Open MPI 4\.1\.4 crashed in MPI_Init, a known "
                            r"fault of the sandbox's MPI \(docs/sandbox\.md\); submitting the job "
                            r"once more", said[0])
     assert len(said) == 1 and crashed and crashed[1] != second, said
-    _, state, text = job("after", f"echo '4{STARTED}x'; {crash}", "exit 0")
+    _, state, _, text = job("after", f"echo '4{STARTED}x'; {crash}", "exit 0")
     assert tuple(state) == ("FAILED", 139) and len(said) == 1, text
-    _, state, _ = job("other", "echo 'Traceback: ValueError'; exit 1", "exit 0")
+    _, state, _, _ = job("other", "echo 'Traceback: ValueError'; exit 1", "exit 0")
     assert tuple(state) == ("FAILED", 1) and len(said) == 1
