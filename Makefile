@@ -13,7 +13,8 @@ FLAVOR  ?= cpu
 DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client \
 	iproute2 numactl hwloc-nox shellcheck lmod tcl8.6 \
-	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates
+	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates \
+	libjpeg62-turbo-dev
 
 .PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
 	recipes image image-doctor base sif sqfs offline-wheels install-wheels install reframe-venv clean
@@ -32,7 +33,7 @@ apt:  ## install the Debian packages (as root; skipped when all are present)
 
 venv: $(VENV)/.installed  ## the virtual environment with chainermn-rt, the patched chainer and test tools
 
-$(VENV)/.installed: pyproject.toml chainermn_rt/compat/chainer_fixes.py
+$(VENV)/.installed: pyproject.toml chainermn_rt/compat/chainer_fixes.py chainermn_rt/data/_jpeg.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==26.3
 	$(PY) -m chainermn_rt.compat.build_chainer --out $(WHEELS)
