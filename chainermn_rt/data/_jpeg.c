@@ -6,7 +6,7 @@
  *   header(data) -> (width, height, components, colorspace, progressive)
  *   decode(data, out, out_h, out_w, x0, y0, x1, y1, flip, max_pixels) -> None
  *
- * Errors raise JpegError with libjpeg's message; a truncated file is an error, not gray rows.
+ * Errors raise DecodeError (a ValueError) with libjpeg's message; a truncated file is an error, not gray rows.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,7 +20,7 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
-static PyObject *JpegError;
+static PyObject *DecodeError;
 
 typedef struct {
     struct jpeg_error_mgr pub;
@@ -59,7 +59,7 @@ static PyObject *header(PyObject *self, PyObject *args) {
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
         PyBuffer_Release(&data);
-        PyErr_SetString(JpegError, err.message);
+        PyErr_SetString(DecodeError, err.message);
         return NULL;
     }
     jpeg_create_decompress(&cinfo);
@@ -326,7 +326,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         ok = run(&job, &err);
         Py_END_ALLOW_THREADS
         if (ok) result = Py_NewRef(Py_None);
-        else PyErr_SetString(JpegError, err.message);
+        else PyErr_SetString(DecodeError, err.message);
     }
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
@@ -347,8 +347,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpeg", NULL, -1, me
 PyMODINIT_FUNC PyInit__jpeg(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    JpegError = PyErr_NewException("chainermn_rt.data._jpeg.JpegError", PyExc_ValueError, NULL);
-    if (PyModule_AddObjectRef(m, "JpegError", JpegError) < 0) return NULL;
+    DecodeError = PyErr_NewException("chainermn_rt.data.jpeg.DecodeError", PyExc_ValueError, NULL);
+    if (PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0) return NULL;
     PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER", LIBJPEG_TURBO_VERSION_NUMBER);
     return m;
 }
