@@ -14,6 +14,7 @@ from containers.blocks import (
     cupy,
     debian_source,
     gdrcopy,
+    libjpeg_turbo,
     metadata,
     mpi4py,
     openmpi,
@@ -254,6 +255,28 @@ def test_compose_registers_library_dirs_and_keeps_build_only_things_out():
             " && \\\n    ldconfig\n") in runtime
     assert ('ENV PATH="/opt/a/bin:/opt/b/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:'
             '/sbin:/bin" \\\n    A="1"\nENV A_MODE="fast"\n') in runtime
+
+
+def test_libjpeg_turbo():
+    """The decoder's headers in the build stage, its library in the runtime stage, both pinned."""
+    apt = ("# DL3008: the suite's security updates replace exact versions; the stable suite and versions.toml fix what matters\n"
+           "# hadolint ignore=DL3008\n"
+           "RUN apt-get update && \\\n"
+           "    apt-get install -y --no-install-recommends {} && \\\n"
+           "    apt-get clean && \\\n"
+           "    rm -rf /var/lib/apt/lists/*\n"
+           'ENV PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"\n')
+    debian = libjpeg_turbo.debian("1:2.1.5-2")
+    assert docker(*compose.build_stage("b:1", [debian]).steps) == apt.format(
+        "libjpeg62-turbo-dev=1:2.1.5-2 libjpeg62-turbo=1:2.1.5-2")
+    assert docker(*compose.runtime_stage("r:1", [debian]).steps) == apt.format(
+        "libjpeg62-turbo=1:2.1.5-2")
+    ubuntu = libjpeg_turbo.ubuntu("2.1.5-2ubuntu2")
+    assert docker(*compose.runtime_stage("r:1", [ubuntu]).steps) == apt.format(
+        "libjpeg-turbo8=2.1.5-2ubuntu2")
+    assert ubuntu.build_packages == ("libjpeg-turbo8-dev=2.1.5-2ubuntu2",
+                                     "libjpeg-turbo8=2.1.5-2ubuntu2")
+    assert debian.build == debian.runtime == ()  # packages only: nothing built, nothing copied
 
 
 def test_mpi4py():

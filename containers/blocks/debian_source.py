@@ -15,8 +15,8 @@ Example::
     apt-get source --download-only ucx=1.13.1-1
     dpkg-source -x ucx_1.13.1-1.dsc /tmp/src/ucx
     rm -rf /var/lib/apt/lists/*
-    >>> upstream("4.1.4-3")
-    '4.1.4'
+    >>> upstream("4.1.4-3"), upstream("1:2.1.5-2"), upstream("2.1.5-2ubuntu2")
+    ('4.1.4', '2.1.5', '2.1.5')
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ ENABLE_DEB_SRC = (
 
 
 def upstream(version: str) -> str:
-    """The upstream part of a Debian version (no epoch in the versions pinned here)."""
-    return version.rsplit("-", 1)[0]
+    """The upstream part of a Debian (or Ubuntu) version: no epoch, no revision."""
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
 
 
 def fetch(package: str, version: str) -> tuple[str, ...]:

@@ -1,16 +1,25 @@
-"""The cpu flavour: Debian 12, Debian's Open MPI and PMIx, mpi4py built against them.
+"""The cpu flavour: Debian 12, Debian's Open MPI and PMIx, mpi4py built against them, and
+Debian's libjpeg-turbo for chainermn_rt's JPEG decoder.
 
 Example::
 
     >>> from containers.versions import load
     >>> system_versions(load())
-    {'debian': 'bookworm', 'openmpi': '4.1.4', 'pmix': '4.2.2'}
+    {'debian': 'bookworm', 'libjpeg-turbo': '2.1.5', 'openmpi': '4.1.4', 'pmix': '4.2.2'}
 """
 
 from __future__ import annotations
 
 from containers import compose
-from containers.blocks import bundle, debian_source, mpi4py, openmpi, pmix, python_venv
+from containers.blocks import (
+    bundle,
+    debian_source,
+    libjpeg_turbo,
+    mpi4py,
+    openmpi,
+    pmix,
+    python_venv,
+)
 from containers.recipe import Recipe
 from containers.versions import pip_pin, python_pins
 
@@ -20,20 +29,22 @@ EXTRAS: tuple[str, ...] = ()
 
 def system_versions(v: dict) -> dict[str, str]:
     d = v["debian"]
-    return {"debian": d["suite"], "openmpi": debian_source.upstream(d["openmpi"]),
-            "pmix": d["pmix"]}
+    return {"debian": d["suite"], "libjpeg-turbo": debian_source.upstream(d["libjpeg-turbo"]),
+            "openmpi": debian_source.upstream(d["openmpi"]), "pmix": d["pmix"]}
 
 
 def recipe(v: dict) -> Recipe:
     prefix = v["image"]["prefix"]
     blocks = [python_venv.block(prefix, pip_pin()), openmpi.binary(), pmix.debian(),
               mpi4py.block(python_pins()["mpi4py"], openmpi.DEBIAN_MPICC),
+              libjpeg_turbo.debian(v["debian"]["libjpeg-turbo"]),
               bundle.block(f"{prefix}/src")]
     base = v["debian"]["base"]
     return Recipe("cpu", [
-        compose.build_stage(base, blocks,
-                            comment="compilers, Python and Debian's Open MPI for the build"),
+        compose.build_stage(base, blocks, comment=("compilers, Python, Debian's Open MPI and "
+                                                   "libjpeg-turbo for the build")),
         compose.runtime_stage(base, blocks, compose.final_steps("cpu", v, system_versions(v),
                                                                 EXTRAS),
-                              comment="the run-time stack only: Python and Debian's Open MPI"),
+                              comment=("the run-time stack only: Python, Debian's Open MPI, "
+                                       "libjpeg-turbo")),
     ])

@@ -3,13 +3,14 @@
 Debian 12 as base; CUDA 12's runtime and libraries, cuDNN and NCCL from NVIDIA's PyPI
 wheels (pyproject's ``gpu`` extra); UCX and Open MPI built CUDA-aware from Debian 12's
 source packages (apt's signatures vouch for them) against Debian's PMIx, the one its
-Slurm uses. No gdrcopy: no reachable source carries it.
+Slurm uses; Debian's libjpeg-turbo for chainermn_rt's JPEG decoder. No gdrcopy: no
+reachable source carries it.
 
 Example::
 
     >>> from containers.versions import load
     >>> sorted(system_versions(load()))
-    ['cuda', 'debian', 'openmpi', 'pmix', 'ucx']
+    ['cuda', 'debian', 'libjpeg-turbo', 'openmpi', 'pmix', 'ucx']
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from containers.blocks import (
     cuda,
     cupy,
     debian_source,
+    libjpeg_turbo,
     mpi4py,
     openmpi,
     pmix,
@@ -38,7 +40,8 @@ def system_versions(v: dict) -> dict[str, str]:
     d = v["debian"]
     return {"debian": d["suite"], "cuda": python_pins(EXTRAS)["nvidia-cuda-runtime-cu12"],
             "openmpi": debian_source.upstream(d["openmpi"]),
-            "ucx": debian_source.upstream(d["ucx"]), "pmix": d["pmix"]}
+            "ucx": debian_source.upstream(d["ucx"]), "pmix": d["pmix"],
+            "libjpeg-turbo": debian_source.upstream(d["libjpeg-turbo"])}
 
 
 def recipe(v: dict) -> Recipe:
@@ -51,13 +54,15 @@ def recipe(v: dict) -> Recipe:
               openmpi.debian(d["openmpi"]),
               mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
               cupy.block(wheel_pins, f"{prefix}/venv"),
+              libjpeg_turbo.debian(d["libjpeg-turbo"]),
               bundle.block(f"{prefix}/src", EXTRAS)]
     base = d["base"]
     return Recipe("gpu", [
         compose.build_stage(base, blocks, comment=(
-            "compilers, Python, rdma-core (verbs, rdmacm), Debian's PMIx, libevent and hwloc,"
-            "\nand what unpacking and building Debian's source packages needs")),
+            "compilers, Python, rdma-core (verbs, rdmacm), Debian's PMIx, libevent, hwloc and"
+            "\nlibjpeg-turbo, and what unpacking and building Debian's source packages needs")),
         compose.runtime_stage(base, blocks, compose.final_steps("gpu", v, system_versions(v),
                                                                 EXTRAS),
-                              comment="the run-time stack only: Python, rdma-core, PMIx, NUMA"),
+                              comment="the run-time stack only: Python, rdma-core, PMIx, NUMA, "
+                                      "libjpeg-turbo"),
     ])

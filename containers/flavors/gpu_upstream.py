@@ -3,6 +3,7 @@
 CUDA devel image to build, CUDA runtime image to run; gdrcopy, UCX, PMIx and Open MPI
 from pinned upstream tarballs (containers/versions.toml). Newer UCX and gdrcopy than
 the gpu flavour; needs a registry that serves ``nvidia/cuda`` and the upstream sites.
+Ubuntu's libjpeg-turbo for chainermn_rt's JPEG decoder.
 
 Example::
 
@@ -17,7 +18,9 @@ from containers import compose
 from containers.blocks import (
     bundle,
     cupy,
+    debian_source,
     gdrcopy,
+    libjpeg_turbo,
     mpi4py,
     openmpi,
     pmix,
@@ -34,7 +37,8 @@ EXTRAS = ("gpu",)
 
 def system_versions(v: dict) -> dict[str, str]:
     return {"cuda": v["cuda"]["version"], **{name: v[name]["version"] for name in
-                                              ("gdrcopy", "ucx", "pmix", "openmpi")}}
+                                              ("gdrcopy", "ucx", "pmix", "openmpi")},
+            "libjpeg-turbo": debian_source.upstream(v["cuda"]["libjpeg-turbo"])}
 
 
 def recipe(v: dict) -> Recipe:
@@ -46,12 +50,14 @@ def recipe(v: dict) -> Recipe:
               openmpi.upstream(v["openmpi"]),
               mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
               cupy.block(wheel_pins, f"{prefix}/venv"),
+              libjpeg_turbo.ubuntu(v["cuda"]["libjpeg-turbo"]),
               bundle.block(f"{prefix}/src", EXTRAS)]
     return Recipe("gpu-upstream", [
         compose.build_stage(v["cuda"]["devel"], blocks, comment=(
-            "compilers, Python, rdma-core (verbs, rdmacm) and PMIx's dependencies")),
+            "compilers, Python, rdma-core (verbs, rdmacm), PMIx's dependencies and "
+            "libjpeg-turbo")),
         compose.runtime_stage(v["cuda"]["runtime"], blocks,
                               compose.final_steps("gpu-upstream", v, system_versions(v), EXTRAS),
                               comment="the run-time stack only: Python, rdma-core, PMIx's "
-                                      "libraries"),
+                                      "libraries, libjpeg-turbo"),
     ])
