@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from chainermn_rt.doctor import stack
 from chainermn_rt.doctor.check import Check, format_line
+from containers.versions import python_pins
 
 from conftest import PYTHON, REPO, require_commands
 
 # what the doctor reports in a cpu image and on this (cpu) machine
 CPU_CHECKS = {"flavor": "PASS", "mpi": "PASS", "mpi-cuda": "n/a", "ucx": "n/a", "pmix": "PASS",
               "nccl": "n/a", "cupy": "n/a", "cudnn": "n/a", "mpi4py": "PASS", "imports": "PASS",
-              "versions": "PASS"}
+              "jpeg": "PASS", "png": "PASS", "versions": "PASS"}
 
 
 def _doctor(*args, env=None):
@@ -241,3 +243,36 @@ def test_ucx_version_is_read_in_both_formats(fake_ucx_info, monkeypatch):
     fake_ucx_info("# Version 1.18.1")
     failed = stack.versions_check(True, versions, {})
     assert failed.status == "FAIL" and "ucx 1.18.1 (want 1.13.1)" in failed.reason
+
+
+def test_the_jpeg_decoder_is_checked_against_the_images_libjpeg_turbo():
+    """Here as in the images: Debian 12's libjpeg62-turbo, the version VERSIONS lists."""
+    system = tomllib.loads((REPO / "containers/cpu/VERSIONS").read_text())["system"]
+    ok = stack.jpeg_check({"system": system})
+    assert ok.status == "PASS", ok
+    assert ok.reason.startswith(f"libjpeg-turbo {system['libjpeg-turbo']} (/")
+    assert "/libjpeg.so.62" in ok.reason  # the extension's library, not Pillow's own copy
+    wrong = stack.jpeg_check({"system": {"libjpeg-turbo": "9.9.9"}})
+    assert wrong.status == "FAIL" and f"{system['libjpeg-turbo']} (want 9.9.9)" in wrong.reason
+    assert stack.png_check() == Check(
+        "png", "PASS", f"Pillow {python_pins()['pillow']}: a 64x64 PNG decoded exactly")
+
+
+@pytest.mark.parametrize(("missing", "failed"), [
+    ("chainermn_rt.data._jpeg", {"jpeg": "import chainermn_rt.data.jpeg: import of "
+                                         "chainermn_rt.data._jpeg halted"}),
+    ("PIL.PngImagePlugin", {"png": "Pillow, a 64x64 PNG: KeyError: 'PNG'"}),
+    ("PIL", {"jpeg": "Pillow, making the test JPEG: ModuleNotFoundError",
+             "png": "Pillow, a 64x64 PNG: ModuleNotFoundError"}),
+], ids=["no-extension", "no-png-plugin", "no-pillow"])
+def test_the_image_checks_fail_with_what_is_missing(missing, failed):
+    """A module that cannot be imported (None in sys.modules): each check names what failed."""
+    code = (f"import json, sys; sys.modules[{missing!r}] = None; "
+            "from chainermn_rt.doctor import stack; "
+            "print(json.dumps(stack.as_json([stack.jpeg_check(), stack.png_check()])))")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=REPO).stdout
+    checks = {c["name"]: c for c in json.loads(out)}
+    assert {n for n, c in checks.items() if c["status"] == "FAIL"} == set(failed), checks
+    for name, start in failed.items():
+        assert checks[name]["reason"].startswith(start), checks[name]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.metadata
+import io
 import os
 import re
 import shutil
@@ -257,12 +258,16 @@ def pmix_check(params: dict[str, str], versions: dict | None = None) -> Check:
     return Check("pmix", PASS, f"PMIx {have}, Open MPI component {', '.join(external)}")
 
 
-def _loaded_libmpi() -> str | None:
+def _mapped(pattern: str) -> str | None:
+    """The first file mapped into this process whose path matches ``pattern``."""
     for line in Path("/proc/self/maps").read_text().splitlines():
-        path = line.split()[-1]
-        if re.search(r"/libmpi\.so(\.|$)", path):
-            return path
+        if re.search(pattern, line.split()[-1]):
+            return line.split()[-1]
     return None
+
+
+def _loaded_libmpi() -> str | None:
+    return _mapped(r"/libmpi\.so(\.|$)")
 
 
 def _ompi_info_libmpi() -> str | None:
@@ -302,6 +307,80 @@ def imports_check() -> Check:
     except Exception as err:  # noqa: BLE001
         return Check("imports", FAIL, f"import chainer, chainermn, chainermn_rt: {err}")
     return Check("imports", PASS, f"chainer {chainer.__version__}, chainermn, chainermn_rt")
+
+
+# The test picture of the image checks: four flat 32x32 quadrants (whole JPEG blocks and MCUs,
+# so a JPEG keeps their colours within a few levels), top-left, top-right, bottom-left, -right.
+QUADRANTS = ((200, 30, 90), (20, 180, 60), (40, 60, 220), (240, 220, 30))
+TOLERANCE = 4  # levels a q95 JPEG of flat blocks may stray from their colour
+
+
+def _quadrants():
+    import numpy
+
+    picture = numpy.empty((64, 64, 3), numpy.uint8)
+    for i, colour in enumerate(QUADRANTS):
+        y, x = divmod(i, 2)
+        picture[32 * y:32 * y + 32, 32 * x:32 * x + 32] = colour
+    return picture
+
+
+def jpeg_check(versions: dict | None = None) -> Check:
+    """chainermn_rt's JPEG decoder: the extension loads, its libjpeg-turbo is VERSIONS' one, and
+    it decodes a JPEG made here (by Pillow) through a crop box, a resize and a flip to the
+    colours the picture was made of."""
+    try:
+        import numpy
+
+        jpeg = importlib.import_module("chainermn_rt.data.jpeg")
+    except Exception as err:  # noqa: BLE001 - any failure to load is the finding
+        return Check("jpeg", FAIL, f"import chainermn_rt.data.jpeg: {err}")
+    have = jpeg.LIBJPEG_TURBO_VERSION
+    library = _mapped(r"/libjpeg\.so\.\d") or "libjpeg.so"
+    want = _pinned(versions, "system", "libjpeg-turbo")
+    if want is not None and have != want:
+        return Check("jpeg", FAIL, f"libjpeg-turbo {have} (want {want}), {library}")
+    buffer = io.BytesIO()
+    try:
+        from PIL import Image
+
+        Image.fromarray(_quadrants()).save(buffer, "JPEG", quality=95, subsampling=0)
+    except Exception as err:  # noqa: BLE001 - any failure is the finding
+        return Check("jpeg", FAIL, f"Pillow, making the test JPEG: {type(err).__name__}: {err}")
+    try:  # the top half, 16x8, mirrored: top-right's colour on the left, top-left's on the right
+        got = jpeg.decode(buffer.getvalue(), (16, 8), box=(0, 0, 64, 32), flip=True)
+    except Exception as err:  # noqa: BLE001 - libjpeg's message is the finding
+        return Check("jpeg", FAIL, f"decoding a 64x64 JPEG: {err}")
+    want_pixels = numpy.empty((8, 16, 3), numpy.int16)
+    want_pixels[:, :8], want_pixels[:, 8:] = QUADRANTS[1], QUADRANTS[0]
+    away = numpy.r_[0:6, 10:16]  # columns clear of the blend across the middle
+    error = int(numpy.abs(got[:, away].astype(numpy.int16) - want_pixels[:, away]).max())
+    if error > TOLERANCE:
+        return Check("jpeg", FAIL, f"a 64x64 JPEG's crop decoded {error} levels off its colours "
+                                   f"(libjpeg-turbo {have}, {library})")
+    return Check("jpeg", PASS, f"libjpeg-turbo {have} ({library}): a JPEG's crop decoded, "
+                               f"resized and mirrored (largest error {error} of 255)")
+
+
+def png_check() -> Check:
+    """Pillow decodes a PNG (made here) to exactly the pixels it was made of."""
+    try:
+        import numpy
+        import PIL
+        from PIL import Image
+
+        picture = _quadrants()
+        picture[::3, ::5] = (7, 77, 177)  # not only flat blocks
+        buffer = io.BytesIO()
+        Image.fromarray(picture).save(buffer, "PNG")
+        with Image.open(io.BytesIO(buffer.getvalue())) as image:
+            got = numpy.asarray(image.convert("RGB"))
+    except Exception as err:  # noqa: BLE001 - any failure is the finding
+        return Check("png", FAIL, f"Pillow, a 64x64 PNG: {type(err).__name__}: {err}")
+    if got.shape != picture.shape or not (got == picture).all():
+        return Check("png", FAIL, f"Pillow {PIL.__version__} decoded a PNG to other pixels than "
+                                  "it was made of")
+    return Check("png", PASS, f"Pillow {PIL.__version__}: a 64x64 PNG decoded exactly")
 
 
 def _expected_python() -> dict[str, str]:
@@ -364,7 +443,8 @@ def run_checks(image: bool) -> list[Check]:
     mpi, params = ompi_params()
     checks += [mpi, cuda_mpi_check(flavor, params), ucx_check(flavor), pmix_check(params, versions),
                nccl_check(flavor, versions), cupy_check(flavor), cudnn_check(flavor, versions),
-               mpi4py_check(), imports_check(), versions_check(image, versions, params)]
+               mpi4py_check(), imports_check(), jpeg_check(versions), png_check(),
+               versions_check(image, versions, params)]
     return checks
 
 
