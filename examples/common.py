@@ -14,7 +14,6 @@ import hashlib
 import time
 
 import chainer
-import chainermn
 from chainer.training import extensions
 
 import chainermn_rt
@@ -41,11 +40,11 @@ def add_common_arguments(parser, *, batchsize: int, iterations: int) -> None:
 
 
 def make_trainer(args, comm, updater, evaluator):
-    """A trainer with the multi-node evaluator, logging and progress on rank 0, resumable from
-    its snapshots (chainermn_rt.resumable)."""
+    """A trainer with ``evaluator`` (an extension that evaluates across the ranks), logging and
+    progress on rank 0, resumable from its snapshots (chainermn_rt.resumable)."""
     trainer = chainer.training.Trainer(updater, (args.iterations, "iteration"), out=args.out)
     every = (args.log_every, "iteration")
-    trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm), trigger=every)
+    trainer.extend(evaluator, trigger=every)
     if comm.rank == 0:
         trainer.extend(extensions.LogReport(trigger=every))
         trainer.extend(extensions.PrintReport(

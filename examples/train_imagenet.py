@@ -1,16 +1,23 @@
-"""Data-parallel ResNet-50 training (the ChainerMN paper's workload) on CPUs or GPUs.
+"""Data-parallel ResNet-50 training (the ChainerMN paper's workload) on CPUs or GPUs, with the
+standard ImageNet recipe.
 
-Data: ``--synthetic`` (generated on the fly, no files), or an ImageNet-style folder
-(``ROOT/<class>/<image>``) or list file (``PATH LABEL`` lines, as in Chainer's
-ImageNet example) with ``--train`` and ``--val``. Images are mean-subtracted
-(``--mean FILE.npy`` or the mean of the training images) and cropped to
-``--insize``: random crops and flips for training, centre crops for validation.
+Data (examples/imagenet_data.py): ``--train``/``--val`` name shard folders written by
+``chainermn-rt data pack`` (each rank reads only its own shards; staged to node-local storage
+when the job script was rendered with ``--stage``), or class-folder trees / ``PATH LABEL``
+lists (one file per image: small data sets only); ``--synthetic`` makes images up.
+Training: random-resized crop (area 8-100 %, aspect 3/4-4/3) + flip; validation: short side
+``--val-resize`` + centre crop; both decode only the crop's region (chainermn_rt.data.jpeg) in
+``--workers`` processes and hand uint8 over; the float conversion and ImageNet's per-channel
+normalisation run on the device. Validation counts every image once across the ranks.
 
+    chainermn-rt data pack /data/imagenet/train /lustre/shards/train --short-side 320
+    chainermn-rt data pack /data/imagenet/val /lustre/shards/val
+    srun --mpi=pmix python examples/train_imagenet.py --train /lustre/shards/train \\
+        --val /lustre/shards/val --batchsize 32 --iterations 100000
     mpirun -np 2 python examples/train_imagenet.py --synthetic --insize 64 --iterations 20
-    srun --mpi=pmix python examples/train_imagenet.py --train train.txt --val val.txt \\
-        --root /data/imagenet --loaderjob 4 --batchsize 32
 
-Ends with each rank's parameter digest and the throughput (images/s).
+Prints, per epoch, the images/s and the share of step time spent waiting for data; ends with
+each rank's parameter digest and the throughput (images/s).
 """
 
 from __future__ import annotations
@@ -23,38 +30,24 @@ import chainer.links as L
 import chainermn
 import numpy
 from common import add_common_arguments, finish, make_trainer, run
-from imagenet_data import CroppedImages, SyntheticImages, compute_mean, image_list
+from imagenet_data import DataRate, ExactEvaluator, SyntheticImages, loaders
 from models import ResNet50
 
 import chainermn_rt
-from chainermn_rt.errors import UserError
+from chainermn_rt.data.loader import to_device
 
 
-def datasets(args, comm):
-    """(train, val) on rank 0, None elsewhere; the caller scatters them."""
-    if comm.rank != 0:
-        return None, None
-    if args.synthetic:
-        size = args.image_size or args.insize + 32
-        return (SyntheticImages(args.n_synthetic, args.n_class, size, args.insize),
-                SyntheticImages(max(args.n_synthetic // 8, comm.size), args.n_class, size,
-                                args.insize, random=False))
-    if not (args.train and args.val):
-        raise UserError("--train and --val are required without --synthetic")
-    train, val = image_list(args.train, args.root), image_list(args.val, args.root)
-    labels = {label for _, label in train + val}
-    if max(labels) >= args.n_class:
-        raise UserError(f"label {max(labels)} in the data; allowed: 0..{args.n_class - 1} "
-                        "(set --n-class)")
-    mean = numpy.load(args.mean) if args.mean else compute_mean(train)
-    return CroppedImages(train, mean, args.insize), CroppedImages(val, mean, args.insize, False)
-
-
-def iterator(dataset, args, train: bool):
-    if args.loaderjob:
-        return chainer.iterators.MultiprocessIterator(
-            dataset, args.batchsize, repeat=train, shuffle=train, n_processes=args.loaderjob)
-    return chainer.iterators.SerialIterator(dataset, args.batchsize, repeat=train, shuffle=train)
+def synthetic(args, comm):
+    """(training iterator, validation extension) over generated images."""
+    n_val = max(args.n_synthetic // 8, comm.size)
+    train = val = None
+    if comm.rank == 0:
+        train = SyntheticImages(args.n_synthetic, args.n_class, args.insize)
+        val = SyntheticImages(n_val, args.n_class, args.insize)
+    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
+    val = chainermn.scatter_dataset(val, comm, shuffle=True, seed=args.seed)
+    return (chainer.iterators.SerialIterator(train, args.batchsize),
+            chainer.iterators.SerialIterator(val, args.batchsize, repeat=False, shuffle=False))
 
 
 def main(argv=None) -> int:
@@ -63,24 +56,31 @@ def main(argv=None) -> int:
     data = parser.add_argument_group("data")
     data.add_argument("--synthetic", action="store_true", help="generated images, no files")
     data.add_argument("--n-synthetic", type=int, default=1024, help="synthetic training images")
-    data.add_argument("--image-size", type=int, default=0,
-                      help="synthetic image side (default: insize + 32)")
-    data.add_argument("--train", help="training folder or list file")
-    data.add_argument("--val", help="validation folder or list file")
+    data.add_argument("--train", help="training shard folder, class-folder tree or list file")
+    data.add_argument("--val", help="validation shard folder, class-folder tree or list file")
     data.add_argument("--root", default="", help="prefix for the list files' paths")
-    data.add_argument("--mean", help="mean image (.npy, 3xHxW); default: computed")
     data.add_argument("--insize", type=int, default=224, help="crop size")
+    data.add_argument("--val-resize", type=int, default=256,
+                      help="validation: short side before the centre crop")
     data.add_argument("--n-class", type=int, default=1000)
-    data.add_argument("--loaderjob", "-j", type=int, default=0,
-                      help="loader processes per rank (0: load in the training process)")
+    data.add_argument("--workers", type=int, default=None,
+                      help="decoding processes per rank (0: in the training process; default: "
+                           "the rank's CPUs less one)")
+    data.add_argument("--shuffle-buffer", type=int, default=1000,
+                      help="samples each rank holds to shuffle its shards' stream")
     parser.add_argument("--lr", type=float, default=0.01)
     args = parser.parse_args(argv)
 
     comm, device = chainermn_rt.setup(args.communicator)
+    numpy.random.seed(args.seed)
+    if args.synthetic:
+        train, val = synthetic(args, comm)
+    else:
+        train, val, _ = loaders(args, comm)
     if comm.rank == 0:
         print(f"{comm.size} ranks, communicator {type(comm).__name__}, device {device}, "
-              f"batch {args.batchsize} per rank, crop {args.insize}", flush=True)
-    numpy.random.seed(args.seed)
+              f"batch {args.batchsize} per rank, crop {args.insize}, "
+              f"loader workers {getattr(train, 'workers', 0)}", flush=True)
     model = L.Classifier(ResNet50(args.n_class))
     model.to_device(device)
     optimizer = chainermn.create_multi_node_optimizer(
@@ -88,20 +88,25 @@ def main(argv=None) -> int:
     optimizer.setup(model)
     optimizer.add_hook(chainer.optimizer_hooks.WeightDecay(1e-4))
 
-    train, val = datasets(args, comm)
-    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
-    val = chainermn.scatter_dataset(val, comm, shuffle=True, seed=args.seed)
-    numpy.random.seed(args.seed + comm.rank)  # different crops and batches per rank
-    updater = chainer.training.StandardUpdater(iterator(train, args, True), optimizer,
+    numpy.random.seed(args.seed + comm.rank)  # different batches per rank (synthetic)
+    updater = chainer.training.StandardUpdater(train, optimizer, converter=to_device,
                                                device=device)
-    evaluator = chainer.training.extensions.Evaluator(iterator(val, args, False), model,
-                                                      device=device)
+    if args.synthetic:
+        evaluator = chainermn.create_multi_node_evaluator(chainer.training.extensions.Evaluator(
+            val, model, converter=to_device, device=device), comm)
+    else:
+        evaluator = ExactEvaluator(val, model, comm, device)
     trainer = make_trainer(args, comm, updater, evaluator)
     # batch-norm statistics are not parameters: average them before each evaluation
     trainer.extend(chainermn.extensions.AllreducePersistent(model, comm),
                    trigger=(args.log_every, "iteration"), priority=300)
+    if not args.synthetic:
+        trainer.extend(DataRate(train, comm, args.batchsize * comm.size), trigger=(1, "epoch"))
     seconds, done = run(trainer, comm)
     finish(comm, model, seconds, args.batchsize * comm.size, done)
+    for loader in (train, val):
+        if hasattr(loader, "finalize"):
+            loader.finalize()
     return 0
 
 

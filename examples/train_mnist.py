@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False,
                                                  shuffle=False)
     updater = chainer.training.StandardUpdater(train_iter, optimizer, device=device)
-    evaluator = chainer.training.extensions.Evaluator(test_iter, model, device=device)
+    evaluator = chainermn.create_multi_node_evaluator(
+        chainer.training.extensions.Evaluator(test_iter, model, device=device), comm)
     trainer = make_trainer(args, comm, updater, evaluator)
     seconds, done = run(trainer, comm)
     finish(comm, model, seconds, args.batchsize * comm.size, done)

@@ -14,8 +14,7 @@ import zipfile
 import numpy
 import pytest
 
-from chainermn_rt.errors import UserError
-from examples.imagenet_data import CroppedImages, compute_mean, image_list, read_image, write_ppm
+from chainermn_rt.data import pack, synthetic
 
 from conftest import PYTHON, REPO, folder_contents, run_mpi
 
@@ -139,65 +138,68 @@ def test_imagenet_synthetic_resnet50(tmp_path):
     assert log[-1][1] < log[0][1], log
 
 
-def make_folder(root, classes=3, per_class=4, size=36, seed=0):
-    rng = numpy.random.default_rng(seed)
-    for c in range(classes):
-        (root / f"n0{c}").mkdir(parents=True)
-        for i in range(per_class):
-            image = rng.integers(0, 256, (3, size, size)) // (c + 1)
-            write_ppm(str(root / f"n0{c}" / f"img{i}.ppm"), image)
+@pytest.fixture(scope="module")
+def imagenet(tmp_path_factory):
+    """A small ImageNet-like tree (3 classes, JPEGs of ImageNet's shapes at a fifth of the
+    size), its shards, and a validation list file."""
+    root = tmp_path_factory.mktemp("imagenet")
+    sizes = [(w // 5, h // 5) for w, h in synthetic.SIZES]
+    synthetic.tree(root / "train", classes=3, per_class=8, sizes=sizes)
+    synthetic.tree(root / "val", classes=3, per_class=3, sizes=sizes)
+    pack.pack(str(root / "train"), str(root / "train-shards"), pack.Options(shard_size=4))
+    pack.pack(str(root / "val"), str(root / "val-shards"), pack.Options(shard_size=2))
+    (root / "val.txt").write_text("".join(
+        f"{p.relative_to(root)} {int(p.parent.name[1:])}\n" for p in sorted(
+            (root / "val").glob("*/*.JPEG"))))
     return root
 
 
+def validation_images(out) -> set[int]:
+    return {e["validation/images"] for e in json.loads((out / "log").read_text())}
+
+
 @pytest.mark.mpi
-def test_imagenet_folder_and_list(tmp_path):
-    train = make_folder(tmp_path / "train")
-    val = make_folder(tmp_path / "val", per_class=2, seed=1)
-    listing = tmp_path / "val.txt"
-    listing.write_text("".join(f"{p.relative_to(tmp_path)} {int(p.parent.name[2:])}\n"
-                               for p in sorted(val.glob("*/*.ppm"))))
+def test_imagenet_from_shards_resumes_mid_epoch_bit_identically(tmp_path, imagenet):
+    """ResNet-50 from shards, 2 ranks, 6 iterations straight vs resumed from iteration 3 (mid
+    epoch: each rank holds 12 samples, 3 batches of 4 is 1 epoch... so 3 of 2 ranks x 4): the
+    same parameters; validation counts each of the 9 images once."""
+    run = IMAGENET + ["--train", str(imagenet / "train-shards"), "--val",
+                      str(imagenet / "val-shards"), "--n-class", "3", "--val-resize", "36",
+                      "--iterations", "6", "--log-every", "3", "--snapshot-every", "3",
+                      "--keep", "3", "--workers", "1", "--shuffle-buffer", "3"]
+    out = tmp_path / "straight"
+    proc = run_mpi(2, run + ["--out", str(out)], timeout=600)
+    check_run(proc.stdout, out, images=6 * 2 * 4)
+    assert validation_images(out) == {9}
+    assert re.search(r"^epoch \d+: [\d.]+ images/s, the slowest rank waited for data "
+                     r"[\d.]+ % of the step time$", proc.stdout, re.MULTILINE), proc.stdout
+    resumed = tmp_path / "resumed"
+    proc2 = run_mpi(2, run + ["--out", str(resumed), "--resume",
+                              str(out / "snapshots" / "iter_000000003")], timeout=600)
+    check_run(proc2.stdout, resumed, images=3 * 2 * 4)
+    assert digests(proc2.stdout)[0] == digests(proc.stdout)[0]
+
+
+@pytest.mark.mpi
+def test_imagenet_from_a_class_folder_tree_and_a_list(tmp_path, imagenet):
     out = tmp_path / "out"
-    proc = run_mpi(2, IMAGENET + ["--train", str(train), "--val", str(listing), "--root",
-                                  str(tmp_path), "--n-class", "3", "--iterations", "4",
-                                  "--log-every", "2", "--batchsize", "2", "--out", str(out)],
+    proc = run_mpi(2, IMAGENET + ["--train", str(imagenet / "train"), "--val",
+                                  str(imagenet / "val.txt"), "--root", str(imagenet),
+                                  "--n-class", "3", "--val-resize", "36", "--iterations", "2",
+                                  "--log-every", "2", "--workers", "0", "--out", str(out)],
                    timeout=600)
-    log = check_run(proc.stdout, out, images=4 * 2 * 2)
-    assert [i for i, _ in log] == [2, 4]
+    check_run(proc.stdout, out, images=2 * 2 * 4)
+    assert validation_images(out) == {9}
 
 
-def test_loader_reads_folders_lists_and_crops(tmp_path):
-    root = make_folder(tmp_path / "train", classes=2, per_class=2, size=10)
-    pairs = image_list(str(root))
-    assert [label for _, label in pairs] == [0, 0, 1, 1]
-    image = read_image(pairs[2][0])
-    assert image.shape == (3, 10, 10) and image.dtype == numpy.float32 and image.max() <= 127
-    numpy.save(tmp_path / "a.npy", image.transpose(1, 2, 0))  # HWC .npy is accepted too
-    assert numpy.array_equal(read_image(str(tmp_path / "a.npy")), image)
-    mean = compute_mean(pairs)
-    assert mean.shape == (3, 10, 10)
-    x, t = CroppedImages(pairs, mean, 8, random=False)[3]
-    assert x.shape == (3, 8, 8) and t == 1
-    assert numpy.allclose(x, ((read_image(pairs[3][0]) - mean) / 128)[:, 1:9, 1:9])
-    listing = tmp_path / "list.txt"
-    listing.write_text("n00/img0.ppm 0\nn01/img1.ppm 1\n")
-    assert image_list(str(listing), str(root)) == [(str(root / "n00/img0.ppm"), 0),
-                                                   (str(root / "n01/img1.ppm"), 1)]
-
-
-@pytest.mark.parametrize("content, message", [
-    ("a.ppm zero\n", r"list.txt:1: 'a.ppm zero'; allowed: 'PATH LABEL'"),
-    ("", "holds no images"),
-])
-def test_loader_errors_name_the_line(tmp_path, content, message):
-    listing = tmp_path / "list.txt"
-    listing.write_text(content)
-    with pytest.raises(UserError, match=message):
-        image_list(str(listing))
-
-
-def test_loader_missing_path(tmp_path):
-    with pytest.raises(UserError, match="does not exist"):
-        image_list(str(tmp_path / "nope"))
+@pytest.mark.mpi
+def test_imagenet_refuses_more_classes_than_the_model_has(tmp_path, imagenet):
+    proc = run_mpi(2, IMAGENET + ["--train", str(imagenet / "train-shards"), "--val",
+                                  str(imagenet / "val-shards"), "--n-class", "2", "--out",
+                                  str(tmp_path / "x")], check=False)
+    assert proc.returncode == 2
+    assert [line for line in proc.stderr.splitlines() if "chainermn-rt" in line] == [
+        "chainermn-rt: error: --n-class: 2, but the data has 3 classes; allowed: at least 3"]
 
 
 def test_porting_doc_shows_the_real_diff():

@@ -1,0 +1,296 @@
+"""Batches of decoded images for Chainer's trainer: a rank's samples (``sources``) decoded by
+worker processes into shared memory, handed over as uint8; :func:`to_device` makes them
+float32 NCHW, normalised, on the device (so 150 KB cross to a GPU per image, not 602 KB).
+
+    train = Loader(ShardSource(path, comm.rank, comm.size, train=True), 32, TrainCrop())
+    updater = StandardUpdater(train, optimizer, converter=to_device, device=device)
+
+The sample stream, the crops and so every batch depend only on the seed, the rank and the
+epoch, not on the worker count or timing, and ``serialize`` keeps the place in the epoch:
+a resumed job sees the same batches as an uninterrupted one. Workers are fresh interpreters
+(``chainermn_rt.data.worker``: not forked after MPI) with one thread each; a worker that dies
+or a sample that cannot be decoded raises :class:`~chainermn_rt.data.shards.DataError` naming
+the shard and key (the abort rule ends the job with that line).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import weakref
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import chainer
+import numpy
+
+from chainermn_rt.data import jpeg, worker
+from chainermn_rt.data.shards import DataError
+from chainermn_rt.data.transforms import MEAN, STD
+
+POLL_S = 0.5  # how often a wait for a worker checks that it still lives
+
+
+def default_workers() -> int:
+    """The rank's CPUs (its slot's binding) less one for the trainer."""
+    return max(0, len(os.sched_getaffinity(0)) - 1)
+
+
+@dataclass(frozen=True)
+class Batch:
+    images: numpy.ndarray  # (n, H, W, 3) uint8; shared memory, valid until the next batch
+    labels: numpy.ndarray  # (n,) int32
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@chainer.dataset.converter()
+def to_device(batch, device=None):
+    """(images as float32 NCHW, normalised with ImageNet's mean and deviation; labels), both
+    on ``device``: the conversion runs there. ``batch``: a :class:`Batch`, or a list of
+    (uint8 HWC image, label) pairs (a Chainer dataset's)."""
+    if not isinstance(batch, Batch):
+        batch = Batch(numpy.stack([b[0] for b in batch]),
+                      numpy.asarray([b[1] for b in batch], numpy.int32))
+    xp = device.xp if device is not None else numpy
+    images = device.send(batch.images) if device is not None else batch.images
+    labels = device.send(batch.labels) if device is not None else batch.labels
+    mean = xp.asarray(MEAN, xp.float32).reshape(1, 3, 1, 1)
+    scale = xp.asarray([1 / s for s in STD], xp.float32).reshape(1, 3, 1, 1)
+    x = images.transpose(0, 3, 1, 2).astype(xp.float32)
+    return (x - mean) * scale, labels
+
+
+class _Job(NamedTuple):
+    index: int
+    samples: list  # Sample
+    epoch_of: list  # the epoch each sample belongs to (a batch may straddle two)
+    end: tuple[int, int, bool]  # (epoch, position) after it, and whether it ended an epoch
+
+
+class Loader(chainer.dataset.Iterator):
+    """A Chainer iterator of :class:`Batch` es of ``batch_size`` from ``source`` (a
+    ``ShardSource`` or ``FileSource``) cropped by ``transform`` to ``size`` x ``size``.
+    ``workers``: decoding processes (0: in this process; default: :func:`default_workers`).
+    ``repeat=False``: one pass, the last batch possibly smaller (validation)."""
+
+    def __init__(self, source, batch_size: int, transform, *, size: int = 224,
+                 workers: int | None = None, repeat: bool = True, depth: int | None = None):
+        self.source, self.batch_size, self.transform = source, batch_size, transform
+        self.repeat, self.size = repeat, size
+        self.workers = default_workers() if workers is None else workers
+        self.depth = depth or max(2, 2 * self.workers)
+        self.epoch, self.current_position, self.is_new_epoch = 0, 0, False
+        self._previous_epoch_detail = -1.0
+        self.waited = 0.0  # seconds __next__ spent waiting for data
+        self._lengths: dict[int, int] = {}
+        shape = (self.depth + 1, batch_size, size, size, 3)
+        self._procs, self._conns, self._shm = [], [], None
+        if self.workers:
+            self._start(shape)
+        else:
+            self._slots = numpy.empty(shape, numpy.uint8)
+        self._restart()
+
+    # --- Chainer's iterator interface -------------------------------------------------------
+    def __next__(self) -> Batch:
+        start = time.perf_counter()
+        self._fill()
+        if not self._inflight:
+            raise StopIteration
+        job = self._inflight.popleft()
+        slot = job.index % len(self._slots)
+        if self.workers:
+            self._wait(job)
+        else:
+            self._decode_here(job, slot)
+        self.waited += time.perf_counter() - start
+        self._previous_epoch_detail = self.epoch_detail
+        self.epoch, self.current_position, self.is_new_epoch = job.end
+        n = len(job.samples)
+        labels = numpy.fromiter((s.label for s in job.samples), numpy.int32, n)
+        return Batch(self._slots[slot, :n], labels)
+
+    next = __next__
+
+    @property
+    def epoch_detail(self) -> float:
+        return self.epoch + self.current_position / self._length(self.epoch)
+
+    @property
+    def previous_epoch_detail(self) -> float | None:
+        return None if self._previous_epoch_detail < 0 else self._previous_epoch_detail
+
+    def reset(self) -> None:
+        self.epoch, self.current_position, self.is_new_epoch = 0, 0, False
+        self._previous_epoch_detail = -1.0
+        self._restart()
+
+    def serialize(self, serializer) -> None:
+        self.epoch = serializer("epoch", self.epoch)
+        self.current_position = serializer("current_position", self.current_position)
+        self.is_new_epoch = serializer("is_new_epoch", self.is_new_epoch)
+        self._previous_epoch_detail = serializer("previous_epoch_detail",
+                                                 self._previous_epoch_detail)
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            self._restart()
+
+    def finalize(self) -> None:
+        self._finalizer()
+
+    # --- reading ---------------------------------------------------------------------------
+    def _length(self, epoch: int) -> int:
+        if epoch not in self._lengths:
+            self._lengths[epoch] = self.source.length(epoch)
+        return max(1, self._lengths[epoch])
+
+    def _restart(self) -> None:
+        """Read on from (epoch, current_position): drop what is in flight, skip what was read."""
+        if getattr(self, "_inflight", None):
+            for job in self._inflight:
+                if self.workers:
+                    self._wait(job, check=False)
+        self._inflight: collections.deque[_Job] = collections.deque()
+        self._next_index = 0
+        self._read = (self.epoch, self.current_position)
+        self._stream = None
+        self._ended = False
+
+    def _samples_of(self, epoch: int, skip: int):
+        length, stream = self.source.length(epoch), self.source.stream(epoch)
+        self._lengths[epoch] = length
+        for _ in range(skip):  # read, not decoded
+            next(stream, None)
+        return length, stream
+
+    def _take(self) -> _Job | None:
+        """The next batch's samples, or None at the end of a one-pass loader."""
+        epoch, position = self._read
+        samples, epochs, crossed = [], [], False
+        while len(samples) < self.batch_size and not self._ended:
+            if self._stream is None:
+                self._stream = self._samples_of(epoch, position)
+            length, stream = self._stream
+            if position < length:
+                sample = next(stream, None)
+                if sample is None:
+                    raise DataError(f"{self.source_name()}: epoch {epoch} ended after {position} "
+                                    f"samples; its manifest promised {length}")
+                samples.append(sample)
+                epochs.append(epoch)
+                position += 1
+            if position >= length:  # the epoch is over
+                if not self.repeat:
+                    self._ended = True
+                    break
+                epoch, position, crossed, self._stream = epoch + 1, 0, True, None
+        self._read = (epoch, position)
+        if not samples:
+            return None
+        job = _Job(self._next_index, samples, epochs, (epoch, position, crossed))
+        self._next_index += 1
+        return job
+
+    def source_name(self) -> str:
+        return str(getattr(self.source, "folder", "data"))
+
+    # --- decoding --------------------------------------------------------------------------
+    def _fill(self) -> None:
+        """Hand batches to the workers until ``depth`` are in flight (one, without workers)."""
+        while len(self._inflight) < (self.depth if self.workers else 1):
+            job = self._take()
+            if job is None:
+                return
+            self._inflight.append(job)
+            if self.workers:
+                payload = [(s.key, s.data, s.shard) for s in job.samples]
+                conn = self._conns[job.index % self.workers]
+                try:
+                    conn.send((job.index, job.index % len(self._slots), job.epoch_of, payload))
+                except OSError:  # the worker has gone: _wait says how
+                    pass
+
+    def _decode_here(self, job: _Job, slot: int) -> None:
+        try:
+            worker.decode_into(self._slots[slot], [(s.key, s.data, s.shard) for s in job.samples],
+                               self.transform, job.epoch_of)
+        except jpeg.DecodeError as err:
+            raise DataError(str(err)) from None
+
+    def _wait(self, job: _Job, check: bool = True) -> None:
+        w = job.index % self.workers
+        conn, proc = self._conns[w], self._procs[w]
+        try:
+            while not conn.poll(POLL_S):
+                if proc.poll() is not None:
+                    raise EOFError
+            index, error = conn.recv()
+        except (EOFError, OSError):
+            if not check:
+                return
+            code = proc.wait()
+            how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+                   else f"exit status {code}")
+            first = job.samples[0]
+            raise DataError(f"loader worker {w} (pid {proc.pid}) died ({how}) while decoding "
+                            f"{first.shard}: sample {first.key!r} and {len(job.samples) - 1} "
+                            "more") from None
+        if check and error:
+            raise DataError(error)
+        assert index == job.index, (index, job.index)
+
+    def _start(self, shape: tuple[int, ...]) -> None:
+        from multiprocessing import shared_memory
+        from multiprocessing.connection import Connection
+
+        need = int(numpy.prod(shape))
+        free = shutil.disk_usage(worker.SHM).free
+        if free < need:
+            raise DataError(f"loader: {worker.SHM} has {free >> 20} MiB free, the batches "
+                            f"need {need >> 20} MiB; allowed: fewer workers or a smaller batch, "
+                            "or a larger /dev/shm (docker run --shm-size)")
+        self._shm = shared_memory.SharedMemory(create=True, size=need)
+        self._slots = numpy.ndarray(shape, numpy.uint8, self._shm.buf)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        for _ in range(self.workers):
+            mine, theirs = socket.socketpair()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "chainermn_rt.data.worker", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env)
+            theirs.close()
+            conn = Connection(mine.detach())
+            conn.send((self._shm.name, shape, self.transform))
+            self._procs.append(proc)
+            self._conns.append(conn)
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, self._shm)
+
+    def _finalizer(self) -> None:  # replaced by a weakref.finalize when there are workers
+        pass
+
+
+def _stop(procs, conns, shm) -> None:
+    for conn in conns:
+        try:
+            conn.send(None)
+            conn.close()
+        except OSError:
+            pass
+    for proc in procs:
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if shm is not None:
+        try:
+            shm.close()
+        except BufferError:  # a batch still points into it: the mapping goes with the process
+            pass
+        shm.unlink()

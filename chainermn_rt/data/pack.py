@@ -1,0 +1,355 @@
+"""``chainermn-rt data pack SRC OUT``: a class-folder tree or ``PATH LABEL`` list of images into
+tar shards (``shards``' layout) with a ``manifest.json``.
+
+Samples are shuffled (``seed``) and dealt into shards of ``shard_size``, which worker processes
+build in parallel under ``OUT/.partial/``; a shard finished there is kept, so running the same
+command again after an interruption resumes. Only when every shard is done do they move into
+``OUT`` and the manifest is written, last: a folder with a manifest is complete.
+
+JPEGs are stored as they are (checked from their markers, not decoded: packing runs at the
+speed of ``tar``), unless ``short_side`` asks for smaller images or they are CMYK; other
+formats (PNG, 16-bit PNG, ...) are converted to RGB JPEGs. A file that cannot be used (empty,
+not an image, truncated, too many pixels, a duplicate key, a bad label) is skipped and listed
+in ``OUT/skipped.txt`` and on stderr, one line each; with ``strict`` the pack stops instead,
+exit status 2, and leaves nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import stat
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chainermn_rt.data import jpeg
+from chainermn_rt.data import manifest as manifest_
+from chainermn_rt.data.shards import END, MAX_KEY_BYTES, member
+from chainermn_rt.data.sources import IMAGE_SUFFIXES, parse_list
+from chainermn_rt.errors import UserError
+from chainermn_rt.files import write_atomically
+
+PARTIAL = ".partial"
+SKIPPED = "skipped.txt"
+MAX_FILE_BYTES = 256 << 20
+JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+@dataclass(frozen=True)
+class Options:
+    shard_size: int = 1000
+    short_side: int | None = None
+    quality: int = 90
+    seed: int = 0
+    strict: bool = False
+    classes: int | None = None  # list files: the class count (labels must be below it)
+    root: str = ""  # list files: what their paths are relative to
+
+
+@dataclass(frozen=True)
+class Item:
+    path: str
+    label: int
+    key: str
+
+
+@dataclass
+class Plan:
+    items: list[Item]
+    classes: tuple[str, ...]
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+
+
+@dataclass(frozen=True)
+class Result:
+    manifest: manifest_.Manifest
+    skipped: list[tuple[str, str]]
+    resumed: int  # shards found done under .partial
+
+
+def plan(src: str, options: Options) -> Plan:
+    """The samples of ``src`` with their keys, in shard order, and what is wrong already."""
+    path = Path(src)
+    problems: list[tuple[str, str]] = []
+    if path.is_dir():
+        classes = sorted(p.name for p in path.iterdir() if p.is_dir())
+        if not classes:
+            raise UserError(f"SRC: {src!r} holds no class folders; allowed: a folder of class "
+                            "folders (ROOT/<class>/<image>) or a list file of 'PATH LABEL' lines")
+        pairs = []
+        for label, name in enumerate(classes):
+            files = sorted(f for f in (path / name).iterdir()
+                           if f.suffix.lower() in IMAGE_SUFFIXES)
+            if not files:
+                problems.append((str(path / name), "class folder holds no images"))
+            pairs += [(str(f), label, f"{name}/{f.stem}") for f in files]
+    elif path.is_file():
+        pairs = [(p, label, os.path.splitext(os.path.relpath(p, options.root or "."))[0])
+                 for p, label in parse_list(src, options.root)]
+        count = options.classes or max((lb for _, lb, _ in pairs), default=-1) + 1
+        classes = [str(i) for i in range(count)]
+    else:
+        raise UserError(f"SRC: {src!r} does not exist; allowed: a folder of class folders or "
+                        "a list file of 'PATH LABEL' lines")
+    items, keys = [], set()
+    for p, label, key in pairs:
+        key = _clean_key(key)
+        why = (f"label {label} is outside the {len(classes)} classes; allowed: 0-"
+               f"{len(classes) - 1} (set --classes)" if label >= len(classes)
+               else "its name holds a control character" if any(ord(c) < 32 for c in key)
+               else f"its key is longer than {MAX_KEY_BYTES} bytes"
+               if len(key.encode("utf-8", "surrogateescape")) > MAX_KEY_BYTES
+               else f"duplicate key {key!r} (another file has the same name but its suffix)"
+               if key in keys else None)
+        if why:
+            problems.append((p, why))
+            continue
+        keys.add(key)
+        items.append(Item(p, label, key))
+    random.Random(options.seed).shuffle(items)
+    return Plan(items, tuple(classes), problems)
+
+
+def _clean_key(key: str) -> str:
+    """A key has no dot in its file name part (WebDataset: the first dot starts the
+    extension) and no leading ``./`` or ``/``."""
+    head, _, name = key.lstrip("./").rpartition("/")
+    name = name.replace(".", "_")
+    return f"{head}/{name}" if head else name
+
+
+def check_image(data: bytes, options: Options) -> bytes:
+    """What to store for the image file ``data``: itself or a converted JPEG; ValueError with
+    the reason when it cannot be used."""
+    if not data:
+        raise ValueError("empty file")
+    if data.startswith(JPEG_MAGIC):
+        try:
+            h = jpeg.header(data)
+        except jpeg.DecodeError as err:
+            raise ValueError(f"not a readable JPEG ({err})") from None
+        if h.width * h.height > jpeg.MAX_PIXELS:
+            raise ValueError(f"{h.width}x{h.height} pixels, more than {jpeg.MAX_PIXELS} (a "
+                             "decompression bomb?)")
+        if h.colorspace not in jpeg.DECODABLE:
+            return _convert(data, options)  # CMYK, YCCK
+        if options.short_side and min(h.width, h.height) > options.short_side:
+            return _smaller(data, h.width, h.height, options)
+        if not data.rstrip(b"\0\r\n ").endswith(b"\xff\xd9"):  # no end marker: cut short?
+            try:
+                jpeg.decode(data)
+            except jpeg.DecodeError as err:
+                raise ValueError(str(err)) from None
+        return data
+    return _convert(data, options)
+
+
+def _smaller(data: bytes, width: int, height: int, options: Options) -> bytes:
+    scale = options.short_side / min(width, height)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    try:
+        pixels = jpeg.decode(data, size)
+    except jpeg.DecodeError as err:
+        raise ValueError(str(err)) from None
+    return _encode(pixels, options)
+
+
+def _encode(pixels, options: Options) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG", quality=options.quality)
+    return out.getvalue()
+
+
+def _convert(data: bytes, options: Options) -> bytes:
+    """Any image Pillow reads, as an RGB JPEG (at the short side asked for)."""
+    import numpy
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = jpeg.MAX_PIXELS
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                if image.width * image.height > jpeg.MAX_PIXELS:
+                    raise ValueError(f"{image.width}x{image.height} pixels, more than "
+                                     f"{jpeg.MAX_PIXELS} (a decompression bomb?)")
+                image.load()
+                if image.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16-bit grey
+                    wide = numpy.asarray(image, numpy.uint32)
+                    image = Image.fromarray((wide >> 8).astype(numpy.uint8))
+                rgb = image.convert("RGB")
+    except (OSError, SyntaxError, Image.DecompressionBombError,
+            Image.DecompressionBombWarning, ValueError) as err:
+        what = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"not a usable image ({what})") from None
+    if options.short_side and min(rgb.size) > options.short_side:
+        scale = options.short_side / min(rgb.size)
+        rgb = rgb.resize((max(1, round(rgb.width * scale)), max(1, round(rgb.height * scale))),
+                         Image.BILINEAR)
+    return _encode(numpy.asarray(rgb), options)
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the pack
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MiB")
+        return f.read(info.st_size)  # a file that grows meanwhile is cut where it was
+
+
+def build_shard(task: tuple[int, list[Item], str, Options]) -> dict:
+    """Write shard ``index`` of ``items`` into ``partial``; its record (also saved there)."""
+    index, items, partial, options = task
+    name = manifest_.shard_name(index)
+    path = os.path.join(partial, name)
+    digest, size, count, problems = hashlib.sha256(), 0, 0, []
+    with open(path + ".tmp", "wb") as out:
+        for item in items:
+            try:
+                data = check_image(_read(item.path), options)
+            except (OSError, ValueError) as err:
+                why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+                problems.append((item.path, why))
+                continue
+            for chunk in (member(f"{item.key}.jpg", data),
+                          member(f"{item.key}.cls", str(item.label).encode())):
+                out.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+            count += 1
+        out.write(END)
+        digest.update(END)
+        size += len(END)
+    record = {"index": index, "name": name, "count": count, "bytes": size,
+              "sha256": digest.hexdigest(), "problems": problems}
+    if count:
+        os.replace(path + ".tmp", path)
+    else:
+        os.unlink(path + ".tmp")
+    write_atomically(Path(path + ".json"), lambda f: json.dump(record, f))
+    return record
+
+
+def _done_before(partial: Path, index: int) -> dict | None:
+    """The record of a shard an earlier run finished, if its file is whole."""
+    name = manifest_.shard_name(index)
+    try:
+        record = json.loads((partial / f"{name}.json").read_text())
+        if record["count"]:
+            digest = hashlib.sha256()
+            with open(partial / name, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+            if digest.hexdigest() != record["sha256"]:
+                return None
+        return record
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _plan_digest(src: str, p: Plan, options: Options) -> str:
+    digest = hashlib.sha256(json.dumps([os.path.abspath(src), vars(options), p.classes]).encode())
+    for item in p.items:
+        digest.update(f"{item.path}\0{item.label}\0{item.key}\n".encode("utf-8",
+                                                                       "surrogateescape"))
+    return digest.hexdigest()
+
+
+def pack(src: str, out: str, options: Options, workers: int = 1,
+         progress: Callable[[int, int], None] | None = None,
+         report: Callable[[str, str], None] | None = None) -> Result:
+    """Pack ``src`` into the shard folder ``out`` (see the module's docstring).
+    ``progress(done, total)`` as samples are done; ``report(path, why)`` for each file
+    skipped."""
+    out_path = Path(out)
+    if (out_path / manifest_.NAME).exists():
+        raise UserError(f"OUT: {out} already holds a packed data set; allowed: a new or empty "
+                        "folder (or an interrupted pack of the same SRC, which resumes)")
+    if out_path.exists() and (not out_path.is_dir() or any(
+            p.name != PARTIAL for p in out_path.iterdir())):
+        raise UserError(f"OUT: {out} is not an empty folder; allowed: a new or empty folder")
+    p = plan(src, options)
+    if not p.items:
+        raise UserError(f"SRC: {src!r} holds no usable images")
+    created = not out_path.exists()
+    partial = out_path / PARTIAL
+    partial.mkdir(parents=True, exist_ok=True)
+    digest = _plan_digest(src, p, options)
+    plan_file = partial / "plan"
+    if plan_file.exists() and plan_file.read_text().strip() != digest:
+        raise UserError(f"OUT: {out} holds an interrupted pack of other data or options; "
+                        "allowed: the same SRC and options (to resume), or an empty folder")
+    write_atomically(plan_file, lambda f: f.write(digest + "\n"))
+
+    n, total, done = options.shard_size, len(p.items), 0
+    chunks = [p.items[i:i + n] for i in range(0, len(p.items), n)]
+    records, todo = {}, []
+    for index, items in enumerate(chunks):
+        record = _done_before(partial, index)
+        if record is None:
+            todo.append((index, items, str(partial), options))
+        else:
+            records[index] = record
+            done += len(items)
+    if progress:
+        progress(done, total)
+    resumed = len(records)
+    problems = list(p.problems)
+    if report:
+        for path, why in problems:
+            report(path, why)
+    failed = options.strict and bool(problems)
+    if todo and not failed:
+        for record in _run(todo, workers):
+            records[record["index"]] = record
+            done += len(chunks[record["index"]])
+            if progress:
+                progress(done, total)
+            for path, why in record["problems"]:
+                problems.append((path, why))
+                if report:
+                    report(path, why)
+    if options.strict and problems:
+        shutil.rmtree(out_path if created else partial)
+        raise UserError(f"SRC: {len(problems)} file(s) cannot be packed (listed above); "
+                        "allowed: without --strict they are skipped and listed")
+    return _finish(out_path, partial, p, records, problems, options, resumed)
+
+
+def _run(todo: list, workers: int):
+    if workers <= 1 or len(todo) == 1:
+        yield from map(build_shard, todo)
+        return
+    import multiprocessing
+
+    with multiprocessing.get_context("forkserver").Pool(min(workers, len(todo))) as pool:
+        yield from pool.imap_unordered(build_shard, todo)
+
+
+def _finish(out_path: Path, partial: Path, p: Plan, records: dict, problems, options: Options,
+            resumed: int) -> Result:
+    shards = []
+    for index in sorted(records):
+        r = records[index]
+        if r["count"]:
+            os.replace(partial / r["name"], out_path / r["name"])
+            shards.append(manifest_.Shard(r["name"], r["count"], r["bytes"], r["sha256"]))
+    m = manifest_.Manifest(p.classes, options.short_side, tuple(shards))
+    if problems:
+        write_atomically(out_path / SKIPPED,
+                         lambda f: f.writelines(f"{path}\t{why}\n" for path, why in problems))
+    write_atomically(out_path / manifest_.NAME, lambda f: f.write(manifest_.to_json(m)))
+    shutil.rmtree(partial)
+    return Result(m, problems, resumed)
+

@@ -1,0 +1,171 @@
+"""Tar shards in WebDataset's layout: one sample is consecutive members ``<key>.jpg`` (the
+image) and ``<key>.cls`` (its label, decimal text); the key is the member's path up to the
+first dot of its file name. Written as plain ustar with fixed metadata (the same samples give
+the same bytes), read member by member without the tarfile module's per-member cost.
+
+>>> import io
+>>> shard = member("a/x1.jpg", b"JPEG") + member("a/x1.cls", b"7") + END
+>>> len(shard) % 512, list(read(io.BytesIO(shard), "s.tar"))
+(0, [Sample(key='a/x1', data=b'JPEG', label=7, shard='s.tar')])
+>>> list(read(io.BytesIO(shard[:514]), "s.tar"))
+Traceback (most recent call last):
+chainermn_rt.data.shards.DataError: s.tar: cut short in member 'a/x1.jpg' (at byte 514)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import IO, NamedTuple
+
+from chainermn_rt.errors import UserError
+
+BLOCK = 512
+END = bytes(2 * BLOCK)
+IMAGE_EXTENSIONS = ("jpg", "jpeg")
+MAX_KEY_BYTES = 200  # ustar's name and prefix fields hold 255
+_MEMBER = re.compile(r"((?:.*/)?[^./][^/]*?)\.([^/]*)\Z", re.S)  # key, extension
+
+
+class DataError(UserError):
+    """Damaged or unusable training data: one line naming the file (and the sample's key)."""
+
+
+class Sample(NamedTuple):
+    key: str
+    data: bytes  # the encoded image
+    label: int
+    shard: str  # where it came from: the shard's (or the image file's) path
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member name, or None when it has no extension.
+
+    >>> split_name("n014/n014_100.jpg"), split_name("a.b/c.tar.gz"), split_name("noext")
+    (('n014/n014_100', 'jpg'), ('a.b/c', 'tar.gz'), None)
+    """
+    m = _MEMBER.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def member(name: str, data: bytes) -> bytes:
+    """One ustar member: header, ``data``, padding to a whole block (mode 0644, owner 0,
+    time 0: the bytes depend on the name and data alone)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    prefix = b""
+    if len(raw) > 100:  # ustar: prefix (155) + "/" + name (100)
+        cut = raw.rfind(b"/", 0, 156)
+        if cut < 0 or len(raw) - cut - 1 > 100 or len(raw) > MAX_KEY_BYTES + 16:
+            raise ValueError(f"member name {name!r} is too long for ustar")
+        prefix, raw = raw[:cut], raw[cut + 1:]
+    header = bytearray(BLOCK)
+    header[0:len(raw)] = raw
+    header[100:108] = b"0000644\0"
+    header[108:116] = b"0000000\0"
+    header[116:124] = b"0000000\0"
+    header[124:136] = b"%011o\0" % len(data)
+    header[136:148] = b"00000000000\0"
+    header[148:156] = b" " * 8
+    header[156:157] = b"0"
+    header[257:265] = b"ustar\x0000"
+    header[345:345 + len(prefix)] = prefix
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header) + data + bytes(-len(data) % BLOCK)
+
+
+def _number(field: bytes) -> int:
+    if field[:1] == b"\x80":  # GNU base-256
+        return int.from_bytes(field[1:], "big")
+    return int(field.strip(b"\0 ") or b"0", 8)
+
+
+def _members(f: IO[bytes], where: str) -> Iterator[tuple[str, bytes]]:
+    """(name, data) of each regular file member of the tar stream ``f``."""
+    offset, long_name = 0, None
+    while True:
+        header = f.read(BLOCK)
+        if len(header) < BLOCK:
+            if not header:
+                return  # no end blocks: a stream cut at a member's edge still ends cleanly
+            raise DataError(f"{where}: cut short in a member's header (at byte {offset})")
+        offset += BLOCK
+        if header == bytes(BLOCK):
+            return
+        try:
+            checksum = _number(header[148:156])
+            size = _number(header[124:136])
+        except ValueError:
+            checksum = size = -1
+        if checksum != sum(header[:148]) + 256 + sum(header[156:]) or size < 0:
+            raise DataError(f"{where}: not a tar header at byte {offset - BLOCK} (damaged "
+                            "shard)")
+        kind = header[156:157]
+        name = (header[345:500].rstrip(b"\0") + b"/" if header[345] else b"") \
+            + header[:100].split(b"\0", 1)[0]
+        data = f.read(size)
+        shown = (long_name or name).decode("utf-8", "surrogateescape")
+        if len(data) < size:
+            raise DataError(f"{where}: cut short in member {shown!r} (at byte "
+                            f"{offset + len(data)})")
+        pad = -size % BLOCK
+        if pad and len(f.read(pad)) < pad:
+            raise DataError(f"{where}: cut short after member {shown!r}")
+        offset += size + pad
+        if kind == b"L":  # GNU long name of the next member
+            long_name = data.rstrip(b"\0")
+        elif kind == b"x":  # pax header: its path record names the next member
+            for record in data.split(b"\n"):
+                _, _, pair = record.partition(b" ")
+                if pair.startswith(b"path="):
+                    long_name = pair[5:]
+        elif kind in (b"0", b"\0", b"7"):
+            yield (long_name or name).decode("utf-8", "surrogateescape"), data
+            long_name = None
+        else:  # folders, links, global headers: no samples
+            long_name = None
+
+
+def read(f: IO[bytes], where: str) -> Iterator[Sample]:
+    """The samples of the shard stream ``f`` (named ``where`` in errors), in order."""
+    key, image, label, name = None, None, None, ""
+
+    def done() -> Sample:
+        if image is None or label is None:
+            missing = ".jpg" if image is None else ".cls"
+            raise DataError(f"{where}: sample {key!r} has no {missing} member; allowed: "
+                            "<key>.jpg and <key>.cls for every key")
+        return Sample(key, image, label, where)
+
+    for name, data in _members(f, where):
+        parts = split_name(name)
+        if parts is None:
+            raise DataError(f"{where}: member {name!r} has no extension; allowed: "
+                            "<key>.jpg and <key>.cls")
+        k, ext = parts
+        if k != key:
+            if key is not None:
+                yield done()
+            key, image, label = k, None, None
+        elif (ext in IMAGE_EXTENSIONS and image is not None) or (ext == "cls" and label
+                                                                  is not None):
+            raise DataError(f"{where}: member {name!r} twice (duplicate key)")
+        if ext in IMAGE_EXTENSIONS:
+            image = data
+        elif ext == "cls":
+            text = data.strip()
+            if not (text.isdigit() and text.isascii() and len(text) < 10):
+                raise DataError(f"{where}: {name!r} holds {data[:20]!r}; allowed: a label, "
+                                "a non-negative integer in decimal")
+            label = int(text)
+    if key is not None:
+        yield done()
+
+
+def read_file(path: str) -> Iterator[Sample]:
+    """The samples of the shard file ``path``."""
+    try:
+        f = open(path, "rb", buffering=1 << 20)
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror})") from None
+    with f:
+        yield from read(f, path)

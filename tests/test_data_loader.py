@@ -1,0 +1,179 @@
+"""The loader (chainermn_rt/data/loader.py): the same batches whatever the worker count, resumed
+exactly, epochs counted as Chainer's iterators count them, damage and dead workers reported in
+one line, nothing left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import chainer
+import numpy
+import pytest
+
+from chainermn_rt.data import loader, manifest, pack, shards, synthetic, transforms
+from chainermn_rt.data.loader import Loader
+from chainermn_rt.data.shards import DataError
+from chainermn_rt.data.sources import FileSource, ShardSource
+
+SIZES = ((64, 48), (48, 64), (80, 60))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> tuple[Path, Path]:
+    """(a class-folder tree of 3 x 10 small JPEGs, its shards of 4 samples)."""
+    root = tmp_path_factory.mktemp("data")
+    synthetic.tree(root / "tree", classes=3, per_class=10, sizes=SIZES)
+    pack.pack(str(root / "tree"), str(root / "shards"), pack.Options(shard_size=4))
+    return root / "tree", root / "shards"
+
+
+def fingerprint(batches) -> list[str]:
+    return [hashlib.sha256(b.images.tobytes() + b.labels.tobytes()).hexdigest()[:16]
+            for b in batches]
+
+
+def take(it, n):
+    """``n`` batches, copied (a batch's images are valid until the next one)."""
+    return [loader.Batch(b.images.copy(), b.labels) for b in (next(it) for _ in range(n))]
+
+
+def train_loader(shards_path, workers, rank=0, size=1, **kw):
+    return Loader(ShardSource(shards_path, rank, size, train=True, buffer=5), 4,
+                  transforms.TrainCrop(size=16, seed=3), size=16, workers=workers, **kw)
+
+
+def test_batches_do_not_depend_on_the_worker_count(data):
+    _, path = data
+    runs = []
+    for workers in (0, 1, 2):
+        it = train_loader(path, workers)
+        runs.append(fingerprint(take(it, 20)))
+        it.finalize()
+    assert runs[0] == runs[1] == runs[2]
+    assert len(set(runs[0])) == 20  # 20 batches over 2.7 epochs: crops differ per epoch
+
+
+def test_a_resumed_loader_goes_on_exactly(data):
+    _, path = data
+    straight = train_loader(path, 1)
+    want = fingerprint(take(straight, 17))
+    straight.finalize()
+    first = train_loader(path, 1)
+    take(first, 9)  # mid-epoch (30 samples, batches of 4)
+    saved = {}
+    first.serialize(chainer.serializers.DictionarySerializer(saved))
+    first.finalize()
+    resumed = train_loader(path, 2)
+    resumed.serialize(chainer.serializers.NpzDeserializer(saved))
+    assert (resumed.epoch, resumed.current_position) == (1, 6)
+    assert fingerprint(take(resumed, 8)) == want[9:]
+    resumed.finalize()
+
+
+def test_epochs_are_counted_as_chainers_iterators_count_them(data):
+    _, path = data
+    it = train_loader(path, 0)  # 30 samples in batches of 4: epochs end inside batches 8, 15
+    states = []
+    for _ in range(8):
+        next(it)
+        states.append((it.epoch, it.is_new_epoch, it.epoch_detail))
+    assert states[6] == (0, False, 28 / 30) and states[7] == (1, True, 1 + 2 / 30)
+    assert it.previous_epoch_detail == pytest.approx(28 / 30)
+
+
+def test_validation_is_one_pass_and_resets(data):
+    _, path = data
+    it = Loader(ShardSource(path, 1, 2, train=False), 4, transforms.CentreCrop(16, 18),
+                size=16, workers=1, repeat=False)
+    sizes = [len(b) for b in it]
+    assert sizes == [4, 4, 4, 3]  # samples 15..29: the last batch is short
+    it.reset()
+    assert [len(b) for b in it] == sizes
+    it.finalize()
+
+
+def test_file_sources_read_the_tree_the_same_way(data):
+    tree, _ = data
+    source = FileSource(str(tree), 0, 1, train=False)
+    assert source.classes == ("c000", "c001", "c002") and source.total == 30
+    it = Loader(source, 8, transforms.CentreCrop(16, 18), size=16, workers=0, repeat=False)
+    batches = list(it)
+    assert sum(len(b) for b in batches) == 30
+    assert sorted(numpy.concatenate([b.labels for b in batches])) == [0] * 10 + [1] * 10 + [2] * 10
+
+
+def test_to_device_normalises_on_the_device(data):
+    _, path = data
+    it = train_loader(path, 0)
+    batch = next(it)
+    x, t = loader.to_device(batch, chainer.get_device("@numpy"))
+    assert x.shape == (4, 3, 16, 16) and x.dtype == numpy.float32
+    mean = numpy.array(transforms.MEAN)[:, None, None]
+    std = numpy.array(transforms.STD)[:, None, None]
+    want = (batch.images[0].transpose(2, 0, 1) - mean) / std
+    assert numpy.allclose(x[0], want, atol=1e-5) and (t == batch.labels).all()
+
+
+def damaged_shards(tmp_path, data) -> Path:
+    """The data's shards with the image of one sample cut in half."""
+    _, path = data
+    target = tmp_path / "shards"
+    target.mkdir()
+    m = manifest.load(path)
+    records = []
+    for shard in m.shards:
+        samples = list(shards.read_file(str(path / shard.name)))
+        if shard.name == m.shards[1].name:
+            samples[2] = samples[2]._replace(data=samples[2].data[:300])
+        blob = b"".join(shards.member(f"{s.key}.jpg", s.data)
+                        + shards.member(f"{s.key}.cls", str(s.label).encode())
+                        for s in samples) + shards.END
+        (target / shard.name).write_bytes(blob)
+        records.append(manifest.Shard(shard.name, len(samples), len(blob), "0" * 64))
+    (target / "manifest.json").write_text(manifest.to_json(manifest.Manifest(
+        m.classes, None, tuple(records))))
+    return target
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_damaged_image_names_shard_and_key(tmp_path, data, workers):
+    path = damaged_shards(tmp_path, data)
+    it = Loader(ShardSource(path, 0, 1, train=False), 4, transforms.CentreCrop(16, 18),
+                size=16, workers=workers, repeat=False)
+    key = list(shards.read_file(str(path / manifest.shard_name(1))))[2].key
+    with pytest.raises(DataError) as caught:
+        list(it)
+    assert str(caught.value) == (f"{path / manifest.shard_name(1)}: sample {key!r}: the data "
+                                 "ends early (truncated file)")
+    it.finalize()
+
+
+def test_a_worker_that_dies_ends_the_loader_with_one_line(data):
+    _, path = data
+    it = train_loader(path, 1)
+    next(it)
+    proc = it._procs[0]  # noqa: SLF001
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    start = time.monotonic()
+    with pytest.raises(DataError, match=r"loader worker 0 \(pid \d+\) died \(killed by SIGKILL\) "
+                                        r"while decoding .*shard-\d+\.tar: sample '.*' and 3 more"):
+        for _ in range(10):
+            next(it)
+    assert time.monotonic() - start < 60  # bound: the job ends within the minute
+    it.finalize()
+
+
+def test_nothing_is_left_behind(data):
+    _, path = data
+    before = set(os.listdir("/dev/shm"))
+    it = train_loader(path, 2)
+    take(it, 3)
+    procs = list(it._procs)  # noqa: SLF001
+    it.finalize()
+    assert all(p.poll() is not None for p in procs)
+    assert set(os.listdir("/dev/shm")) <= before
