@@ -185,6 +185,28 @@ def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
     assert "not up" in sb.down()
 
 
+def test_job_ids_go_on_after_down_and_up_so_a_log_holds_one_run(tmp_path):
+    """`make demo` run twice: its job appends to `<name>-<id>.out` (so that a requeued job
+    keeps its first run's output); ids that began again at 1 on each `up` put a second demo's
+    output into the first's log. A one-node sandbox of its own, up, a job, down, twice."""
+    sb = Sandbox.from_profile(nodes=1, state_dir=tmp_path / "state")
+    script = tmp_path / "job.sh"
+    script.write_text(job('echo "run of job $SLURM_JOB_ID"'))
+    args = ["--nodes=1", "--open-mode=append", f"--output={tmp_path}/demo-%j.out"]
+    ids = []
+    try:
+        for _ in range(2):
+            sb.up()
+            ids.append(sb.slurm.submit(script, args, cwd=tmp_path))
+            assert sb.slurm.wait(ids[-1], timeout=120, poll=0.2) == ("COMPLETED", 0)
+            sb.down()
+    finally:
+        sb.down()
+    assert int(ids[1]) > int(ids[0]), ids
+    for job_id in ids:
+        assert (tmp_path / f"demo-{job_id}.out").read_text() == f"run of job {job_id}\n"
+
+
 def assert_nothing_left(sb: Sandbox, record: dict) -> None:
     assert not any(processes.alive(p) for p in record["procs"].values())
     assert processes.members(set(), f"{MARKER_VAR}={sb.state_dir}".encode()) == []

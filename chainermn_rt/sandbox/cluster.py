@@ -31,6 +31,10 @@ from chainermn_rt.slurm_client import FinalState, Slurm
 
 RECORD = "sandbox.json"
 MADE_HERE = ".sandbox"  # marks a state folder `up` made, the only kind it wipes
+# What `up` keeps of a state folder it renews: slurmctld's job state, from which `slurmctld -c`
+# takes only the last job id, so ids go on increasing across restarts as on a real cluster (a
+# job's `<name>-<id>.out` never holds an earlier job's output).
+KEPT = ("ctld/job_state", "ctld/job_state.old")
 
 
 class SandboxError(EnvironmentProblem):
@@ -133,6 +137,7 @@ class Sandbox:
         if state.exists() and any(state.iterdir()) and not (state / MADE_HERE).exists():
             raise UserError(f"--state: {state} is not empty and not a sandbox state folder; "
                             "allowed: a new or empty folder, or one a sandbox made")
+        kept = {rel: (state / rel).read_bytes() for rel in KEPT if (state / rel).is_file()}
         if state.exists():
             shutil.rmtree(state)
         for sub in ("etc", "bin", "ctld", "run", "log", "munge", "dev", "jobs",
@@ -140,6 +145,8 @@ class Sandbox:
                     *(f"tmp/{n}" for n in self.settings.node_names())):
             (state / sub).mkdir(parents=True, exist_ok=True)
         (state / MADE_HERE).write_text("made by chainermn-rt sandbox; `down` keeps it\n")
+        for rel, data in kept.items():
+            (state / rel).write_bytes(data)
         os.chmod(state / "munge", 0o755)  # munged: its socket folder must be searchable
 
     def _write_files(self) -> None:

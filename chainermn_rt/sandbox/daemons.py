@@ -56,7 +56,7 @@ def start_all(s: SandboxSettings, slurm: Slurm, procs: dict[str, dict],
     wait_for(lambda: (munge / "munge.socket").exists(), "munged's socket")
     start("slurmctld", ["nsenter", f"--net={netns.path(s.netns(netns.HEAD))}", "unshare",
                         "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', netns.HEAD,
-                        "slurmctld", "-D", "-i", "-f", conf])
+                        "slurmctld", "-D", "-c", "-i", "-f", conf])  # -c: only the last job id
     wait_for(lambda: slurm.run(["scontrol", "ping"], timeout=20).returncode == 0,
              "slurmctld to answer")
     for node in s.node_names():
