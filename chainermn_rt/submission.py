@@ -7,18 +7,38 @@ to the Slurm that serves the site: the profile's sandbox when it has a ``[sandbo
     cluster = Cluster.of(site)                     # SandboxError (exit 3) if the sandbox is down
     job = cluster.submit(plan, folder / "job.sh")  # written whole, then sbatch from its folder
     cluster.wait(job)                              # FinalState(state='COMPLETED', exit_code=0)
+    cluster.run(folder / "job.sh", plan)           # both, and the log: Finished(job, state, ...)
+
+``run`` is the one submit-and-wait path that applies the policy for Debian's Open MPI start-up
+crash (chainermn_rt.sandbox.mpi_crash): on the sandbox, such a job is submitted once more.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+from chainermn_rt.errors import JobFailed
 from chainermn_rt.files import write_atomically
 from chainermn_rt.plan import Plan
 from chainermn_rt.render import render
+from chainermn_rt.sandbox import mpi_crash
 from chainermn_rt.site import Site
 from chainermn_rt.slurm_client import FinalState, Slurm
+
+LOG_BYTES = 16 << 20  # a job's log read whole up to this; past it, its first and last halves
+
+
+class Finished(NamedTuple):
+    """A job that ended: its id, final state, log file (as Slurm named it) and the log's text."""
+
+    job: str
+    state: FinalState
+    log: Path | None
+    text: str
 
 
 def write_script(plan: Plan, path: Path) -> Path:
@@ -56,3 +76,46 @@ class Cluster:
 
     def wait(self, job: str, timeout: float | None = None) -> FinalState:
         return self.slurm.wait(job, timeout=timeout)
+
+    def run(self, script: Path, plan: Plan | None = None, cwd: Path | None = None,
+            started: str | None = None, timeout: float | None = None,
+            submitted: Callable[[str], object] = lambda job: None,
+            say: Callable[[str], object] = print) -> Finished:
+        """Submit ``script`` (the Plan's, written first when ``plan`` is given) from ``cwd``
+        (default: its folder), wait at most ``timeout`` seconds for its end, read its log;
+        ``submitted`` is told each job id. On the sandbox a job that FAILED with Open MPI's
+        start-up crash before its log showed ``started`` (mpi_crash) is submitted once more,
+        and ``say`` told why; JobFailed when every try crashed so."""
+        if plan is not None:
+            write_script(plan, script)
+        jobs = []
+        while True:
+            jobs.append(self.slurm.submit(script, cwd=cwd or script.parent))
+            submitted(jobs[-1])
+            log = self.slurm.stdout_path(jobs[-1])  # while Slurm still knows the job
+            state = self.slurm.wait(jobs[-1], timeout=timeout, poll=0.5)
+            done = Finished(jobs[-1], state, log, read_log(log))
+            if (self.site.sandbox is None or state.state != "FAILED"
+                    or not mpi_crash.crashed_at_start(done.text, started)):
+                return done
+            if len(jobs) > mpi_crash.AGAIN:
+                raise JobFailed(mpi_crash.again(jobs, log))
+            say(mpi_crash.once_more(done.job))
+
+
+def read_log(path: Path | None) -> str:
+    """A job's log as text (bytes that are not UTF-8 replaced), '' where there is no such
+    file; past LOG_BYTES, its first and last halves of that and what was left out between."""
+    if path is None or not path.is_file():  # not a FIFO or a device either
+        return ""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(LOG_BYTES + 1)
+            if len(data) > LOG_BYTES:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(size - LOG_BYTES // 2, LOG_BYTES // 2))
+                data = (data[:LOG_BYTES // 2] + b"\n[... %d bytes of the log left out ...]\n"
+                        % (size - LOG_BYTES) + f.read(LOG_BYTES // 2))
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+from chainermn_rt.errors import JobFailed
 from chainermn_rt.rank_contract import VERBOSE_VAR
 from chainermn_rt.sandbox import Sandbox
-from chainermn_rt.sandbox.mpi_crash import submit_retrying
+from chainermn_rt.submission import Cluster
 
 HERE = Path(__file__).resolve().parent
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # PrintReport's terminal codes
@@ -55,8 +56,13 @@ def run_demo(sandbox: Sandbox, out: Path, iterations: int, site: str = "sandbox"
     print(f"\n== 2/4 job script {script}, rendered by:\n{shlex.join(render_argv)}", flush=True)
     started = time.monotonic()
     print(f"\n== 3/4 sbatch {script.name}; waiting for the job's final state", flush=True)
-    job, state, log, text = submit_retrying(sandbox.client(), script, out, STARTED,
-                                            say=lambda line: print(line, flush=True))
+    try:
+        job, state, log, text = Cluster(sandbox.site, sandbox.client()).run(
+            script, cwd=out, started=STARTED, timeout=900,
+            say=lambda line: print(line, flush=True))
+    except JobFailed as err:
+        print(f"demo FAILED: {err}")
+        return 1
     print(f"job {job}: {state.state}, exit code {state.exit_code}, "
           f"{time.monotonic() - started:.0f} s", flush=True)
     text = ANSI.sub("", text)

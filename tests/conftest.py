@@ -16,7 +16,7 @@ from pathlib import Path
 import mpi4py
 import pytest
 
-from chainermn_rt.sandbox.mpi_crash import crashed_at_start
+from chainermn_rt.sandbox import mpi_crash
 
 # MPI runs only in the ranks the tests start. Initialised in this process (importing
 # mpi4py.MPI does that), a singleton MPI would set PMIx variables in the C environment,
@@ -117,7 +117,7 @@ def gpu_available() -> bool:
 
 
 def _rerun_on_mpi_init_segfault(error: BaseException | None) -> bool:
-    return error is not None and crashed_at_start(str(error))
+    return error is not None and mpi_crash.crashed_at_start(str(error))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -126,11 +126,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip_gpu)
-    # A test of real ranks whose failure shows Open MPI's MPI_Init crash (crashed_at_start)
-    # runs once more (pytest-rerunfailures; reported as RERUN). Tests that resubmit just the
-    # crashed job (submit_retrying, the doctor's and the installed image's) rarely get here.
+    # mpi_crash's policy for a test that starts ranks itself (mpirun, srun): failing with
+    # Open MPI's start-up crash, it runs once more (pytest-rerunfailures; reported as RERUN).
+    # A job's crash is Cluster.run's to retry: its JobFailed after the retry shows no marks.
     if config.pluginmanager.hasplugin("rerunfailures"):
         for item in items:
             if {"slurm", "mpi"} & set(item.keywords):
-                item.add_marker(pytest.mark.flaky(reruns=1,
+                item.add_marker(pytest.mark.flaky(reruns=mpi_crash.AGAIN,
                                                   condition=_rerun_on_mpi_init_segfault))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fixtures_docker import MNIST, _run, ch_run, charliecloud_site, docker_run
 
-from chainermn_rt.sandbox.mpi_crash import submit_retrying
+from chainermn_rt.submission import Cluster
 from containers import build as image_build
 from containers.dockerd import DOCKER
 from containers.versions import load, python_pins
@@ -176,10 +176,9 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
         # each rank proves it is inside the image (only it has VERSIONS) before it trains
         command=("sh", "-c", 'test -f /opt/chainermn_rt/VERSIONS && exec python "$@"', "rank",
                  "/mnt/" + MNIST[0], *MNIST[1:-1], str(tmp_path / "result"))))
-    script = tmp_path / "job.sh"
-    script.write_text(render(plan))
-    assert "ch-run --set-env" in script.read_text()
-    job, state, _, text = submit_retrying(sandbox.slurm, script, tmp_path, STARTED, timeout=600)
+    assert "ch-run --set-env" in render(plan)
+    cluster = Cluster(load_site(site), sandbox.slurm)
+    job, state, _, text = cluster.run(tmp_path / "job.sh", plan, started=STARTED, timeout=600)
     assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"
     digests = re.findall(r"rank (\d) parameters sha256 (\w+)", text)
     assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], text[-3000:]
@@ -193,7 +192,6 @@ def test_in_charliecloud_a_failing_rank_ends_the_job_and_the_time_limit_requeues
     host traps the time-limit signal, rank 0 inside the image sees its stop file, the ranks
     snapshot, the host requeues, and the job ends bit-identical to an uninterrupted one."""
     from chainermn_rt.plan import Request, make_plan
-    from chainermn_rt.render import render
     from chainermn_rt.site import load_site
 
     site = load_site(charliecloud_site(sandbox, charliecloud_dir, tmp_path, str(REPO / "tests"),
@@ -208,13 +206,12 @@ def test_in_charliecloud_a_failing_rank_ends_the_job_and_the_time_limit_requeues
             "reference": ([*mnist, "--out", str(tmp_path / "reference")], "5", STARTED),
             "limit": ([*mnist, "--out", str(tmp_path / "limit"), "--slow-from", "41"], "2",
                       STARTED)}
-    logs = {}
+    logs, cluster = {}, Cluster(site, sandbox.slurm)
     for name, (command, time_limit, started) in jobs.items():
         plan = make_plan(site, Request(nodes=2, partition="cpu", job_name=name, time=time_limit,
                                        env=env, command=tuple(command)))
-        (tmp_path / f"{name}.sh").write_text(render(plan))
-        _, state, _, logs[name] = submit_retrying(sandbox.slurm, tmp_path / f"{name}.sh",
-                                                  tmp_path, started, timeout=600)
+        _, state, _, logs[name] = cluster.run(tmp_path / f"{name}.sh", plan, started=started,
+                                              timeout=600)
         assert state.state == ("FAILED" if name == "fail" else "COMPLETED"), \
             f"{name}: {state}\n{logs[name][-3000:]}"
     assert re.search(r"chainermn-rt: rank 1 on node\d failed: RuntimeError: rank 1 fails on "

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 from fixtures_docker import charliecloud_site
 from fixtures_install import install
 
 from chainermn_rt.install.installer import tree_sha256
-from chainermn_rt.sandbox.mpi_crash import crashed_at_start
+from chainermn_rt.site import load_site
 from chainermn_rt.slurm_client import Slurm
+from chainermn_rt.submission import Cluster
 
 pytestmark = [pytest.mark.docker, pytest.mark.slurm]
 
@@ -35,13 +37,12 @@ def test_the_installed_image_runs_ranks_through_its_python3(sandbox, charlieclou
     assert not [p for p in copy.rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o222]
     assert f'image = "{copy}"' in (home / "site.toml").read_text()
     # ch-run wants $USER, which a login has and this test's environment may lack
-    slurm = Slurm(env={**sandbox.env(), "USER": "root"})
-    for _ in range(2):  # once more after Debian's Open MPI crashes in MPI_Init (mpi_crash)
-        ranks = slurm.run(["srun", "-N2", "--ntasks-per-node=2", "--mpi=pmix", "-p", "cpu",
-                           "-t", "5", str(home / "bin/python3"), "-c", ALLGATHER], timeout=300)
-        if not (ranks.returncode and crashed_at_start(ranks.stdout + ranks.stderr, "rank ")):
-            break
-    lines = sorted(re.findall(r"^rank \d of 4 in image True \[0, 1, 2, 3\]$", ranks.stdout,
-                              re.M))
-    assert (ranks.returncode, lines) == (0, [f"rank {r} of 4 in image True [0, 1, 2, 3]"
-                                             for r in range(4)]), ranks.stdout + ranks.stderr
+    cluster = Cluster(load_site(site), Slurm(env={**sandbox.env(), "USER": "root"}))
+    script = tmp_path / "ranks.sh"
+    ranks = shlex.join(["srun", "--mpi=pmix", str(home / "bin/python3"), "-c", ALLGATHER])
+    script.write_text("#!/bin/sh\n#SBATCH -N2 --ntasks-per-node=2 -p cpu -t 5\n"
+                      f"#SBATCH --output={tmp_path}/ranks-%j.out\nexec {ranks}\n")
+    job, state, _, text = cluster.run(script, started="rank ", timeout=300)
+    lines = sorted(re.findall(r"^rank \d of 4 in image True \[0, 1, 2, 3\]$", text, re.M))
+    assert (state, lines) == (("COMPLETED", 0), [f"rank {r} of 4 in image True [0, 1, 2, 3]"
+                                                  for r in range(4)]), f"job {job}:\n{text}"

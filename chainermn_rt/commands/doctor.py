@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from chainermn_rt.arguments import integer, output_file, seconds
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.request_arguments import add_site_arguments
 
 IMAGE_HELP = ("without --site: also compare with the image's /opt/chainermn_rt/VERSIONS; with "
@@ -111,11 +111,15 @@ def _cluster(args: argparse.Namespace) -> int:
     site = site_from(args)
     plan = job.doctor_plan(site, request_from(args), out, args.bandwidth_bytes)
     cluster = Cluster.of(site)  # Slurm out of reach: nothing made yet
-    job_id = cluster.submit(plan, job.make_folder(out) / job.SCRIPT)
-    if not args.json:
-        print(f"submitted doctor job {job_id}: {plan.nodes} node(s) x {plan.tasks_per_node} "
-              f"rank(s), folder {out}", flush=True)
-    final = cluster.wait(job_id, timeout=args.wait_timeout)
+
+    def submitted(job_id: str) -> None:
+        if not args.json:
+            print(f"submitted doctor job {job_id}: {plan.nodes} node(s) x "
+                  f"{plan.tasks_per_node} rank(s), folder {out}", flush=True)
+
+    job_id, final, _, _ = cluster.run(job.make_folder(out) / job.SCRIPT, plan,
+                                      timeout=args.wait_timeout, submitted=submitted,
+                                      say=print_line)
     checks = job.collect(out, job.expected(site, plan), final, job_id)
     if exclude is not None:
         text = exclude_text(checks)
