@@ -140,10 +140,14 @@ def test_over_partition_limits_rejected(sandbox, args, message):
 
 def test_time_limits_reported_as_timeout(sandbox, timeouts):
     whole, step = timeouts
-    # Killed at its limit, the job's record says TIMEOUT although its exit code reads 0.
-    assert sandbox.slurm.wait(whole, timeout=300) == ("TIMEOUT", 0)
+    # Killed at its limit, the job's record says TIMEOUT. Its exit code is a race: Slurm sends
+    # SIGTERM to the job's processes one by one; 0 when it ends the batch shell (ExitCode
+    # 0:15), 143 when the shell sees its `sleep` killed first and exits 128 + 15 itself.
+    state = sandbox.slurm.wait(whole, timeout=300)
+    assert state.state == "TIMEOUT" and state.exit_code in (0, 143), state
     # A step killed at its own limit while the script went on: the job COMPLETED, and only
-    # the record's derived exit code (the worst step's, signal 15) shows the time-out.
+    # the record's derived exit code (the worst step's: its `sleep` ended by SIGTERM, which
+    # it does not handle) shows the time-out.
     assert sandbox.slurm.wait(step, timeout=300) == ("COMPLETED", 0)
     assert sandbox.job_record(step)["DerivedExitCode"] == "0:15"
     assert "DUE TO TIME LIMIT" in job_output(sandbox, step)
