@@ -158,6 +158,59 @@ def docker_run(engine, tag, *argv, extra=(), check=True):
                  *argv], env=engine.env(), check=check)
 
 
+# Run inside an image: the JPEG decoded by chainermn_rt.data.jpeg through a crop box, a size and
+# a flip, the PNG by Pillow; the pixels come back as JSON.
+DECODE = """\
+import json
+import numpy
+from PIL import Image
+from chainermn_rt.data import jpeg
+data = open('/check/quadrants.jpg', 'rb').read()
+crop = jpeg.decode(data, (24, 16), box=(24, 16, 72, 48), flip=True)
+with Image.open('/check/noise.png') as png:
+    mode, noise = png.mode, numpy.asarray(png)
+print(json.dumps({'version': jpeg.LIBJPEG_TURBO_VERSION, 'header': list(jpeg.header(data)),
+                  'crop': crop.tolist(), 'mode': mode, 'png': noise.tolist()}))
+"""
+
+
+def check_decoders(engine, tag, folder: Path) -> None:
+    """Decode a JPEG and a PNG made here inside image ``tag`` and check the pixels: the JPEG's
+    crop has its quadrants' colours where the box and the flip put them, bit for bit what this
+    machine's decoder makes of it (the same libjpeg-turbo and code); the PNG is exact."""
+    import numpy
+    from PIL import Image
+
+    from chainermn_rt.data import jpeg
+    from chainermn_rt.doctor.stack import QUADRANTS, TOLERANCE
+
+    picture = numpy.empty((64, 96, 3), numpy.uint8)  # quadrants of 48x32: whole 16x16 MCUs
+    for i, colour in enumerate(QUADRANTS):
+        y, x = divmod(i, 2)
+        picture[32 * y:32 * y + 32, 48 * x:48 * x + 48] = colour
+    Image.fromarray(picture).save(folder / "quadrants.jpg", quality=95, subsampling=0)
+    noise = numpy.random.default_rng(7).integers(0, 256, (30, 40, 3), dtype=numpy.uint8)
+    Image.fromarray(noise).save(folder / "noise.png")
+    folder.chmod(0o755)  # the image's user (uid 1000) reads it
+    got = json.loads(docker_run(engine, tag, "python", "-c", DECODE,
+                                extra=("-v", f"{folder}:/check:ro")).stdout)
+    assert got["header"] == [96, 64, 3, jpeg.YCBCR, False]
+    crop = numpy.array(got["crop"], numpy.int16)
+    assert crop.shape == (16, 24, 3)
+    # the box's top half is the top quadrants; mirrored, the right one comes first
+    for rows, cols, colour in ((slice(0, 7), slice(0, 11), QUADRANTS[1]),
+                               (slice(0, 7), slice(13, 24), QUADRANTS[0]),
+                               (slice(9, 16), slice(0, 11), QUADRANTS[3]),
+                               (slice(9, 16), slice(13, 24), QUADRANTS[2])):
+        error = numpy.abs(crop[rows, cols] - colour).max()
+        assert error <= TOLERANCE, f"rows {rows}, columns {cols}: {error} levels off {colour}"
+    assert got["version"] == jpeg.LIBJPEG_TURBO_VERSION
+    here = jpeg.decode((folder / "quadrants.jpg").read_bytes(), (24, 16), box=(24, 16, 72, 48),
+                       flip=True)
+    assert (crop == here).all()
+    assert got["mode"] == "RGB" and (numpy.array(got["png"], numpy.uint8) == noise).all()
+
+
 @pytest.fixture(scope="session")
 def charliecloud_dir(engine, cpu_image):
     require_commands("ch-convert", "ch-run")

@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from fixtures_docker import MNIST, _run, ch_run, charliecloud_site, docker_run
+from fixtures_docker import MNIST, _run, ch_run, charliecloud_site, check_decoders, docker_run
 
 from chainermn_rt.submission import Cluster
 from containers import build as image_build
@@ -34,14 +34,32 @@ def test_doctor_passes_inside_the_image(engine, cpu_image):
     lines = {line.split()[1]: line.split()[0] for line in out.splitlines()}
     assert lines == {"flavor": "PASS", "mpi": "PASS", "mpi-cuda": "n/a", "ucx": "n/a",
                      "pmix": "PASS", "nccl": "n/a", "cupy": "n/a", "cudnn": "n/a",
-                     "mpi4py": "PASS", "imports": "PASS", "versions": "PASS"}, out
+                     "mpi4py": "PASS", "imports": "PASS", "jpeg": "PASS", "png": "PASS",
+                     "versions": "PASS"}, out
     assert "/usr/lib/x86_64-linux-gnu/libmpi.so" in out  # mpi4py uses Debian's Open MPI
+    assert "libjpeg-turbo 2.1.5 (/usr/lib/x86_64-linux-gnu/libjpeg.so.62" in out  # Debian's
+
+
+def test_a_jpeg_and_a_png_decode_inside_the_image(engine, cpu_image, tmp_path):
+    check_decoders(engine, cpu_image, tmp_path)
+
+
+def test_the_jpeg_check_fails_without_the_runtime_library(engine, cpu_image):
+    """The decoder loads the runtime stage's libjpeg62-turbo: without it the doctor says so."""
+    proc = docker_run(engine, cpu_image, "sh", "-c", "rm /usr/lib/*/libjpeg.so.62* && "
+                      "exec chainermn-rt doctor --image --json", extra=("--user", "0"),
+                      check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)}
+    assert {n for n, c in checks.items() if c["status"] == "FAIL"} == {"jpeg"}, checks
+    assert "libjpeg.so.62: cannot open shared object file" in checks["jpeg"]["reason"]
 
 
 def test_doctor_fails_when_the_image_disagrees_with_versions(engine, cpu_image, tmp_path):
     versions = tomllib.loads((REPO / "containers/cpu/VERSIONS").read_text())
     text = (REPO / "containers/cpu/VERSIONS").read_text().replace(
-        f'openmpi = "{versions["system"]["openmpi"]}"', 'openmpi = "9.9.9"')
+        f'openmpi = "{versions["system"]["openmpi"]}"', 'openmpi = "9.9.9"').replace(
+        f'libjpeg-turbo = "{versions["system"]["libjpeg-turbo"]}"', 'libjpeg-turbo = "9.9.8"')
     (tmp_path / "VERSIONS").write_text(text)
     tmp_path.chmod(0o755)  # the image's user (uid 1000) reads it
     proc = docker_run(engine, cpu_image, "chainermn-rt", "doctor", "--image", "--json",
@@ -51,6 +69,8 @@ def test_doctor_fails_when_the_image_disagrees_with_versions(engine, cpu_image, 
     checks = {c["name"]: c for c in json.loads(proc.stdout)}
     assert checks["versions"]["status"] == "FAIL"
     assert "openmpi 4.1.4 (want 9.9.9)" in checks["versions"]["reason"]
+    assert checks["jpeg"]["status"] == "FAIL"
+    assert checks["jpeg"]["reason"].startswith("libjpeg-turbo 2.1.5 (want 9.9.8), /usr/lib/")
 
 
 def test_two_ranks_train_mnist_inside_the_image(engine, cpu_image):
@@ -75,7 +95,8 @@ def test_image_runs_as_a_non_root_user_with_stack_labels(engine, cpu_image):
 def test_no_build_caches_or_sources_are_left(engine, cpu_image):
     script = ("find /var/lib/apt/lists /var/cache/apt/archives -type f ! -name lock; "
               "ls -d /root/.cache /home/chainermn/.cache /tmp/wheels /opt/chainermn_rt/src "
-              "/usr/bin/gcc 2>/dev/null; find / -xdev -name '*.whl' 2>/dev/null; true")
+              "/usr/bin/gcc /usr/include/jpeglib.h 2>/dev/null; "
+              "find / -xdev -name '*.whl' 2>/dev/null; true")
     out = docker_run(engine, cpu_image, "sh", "-c", script).stdout
     assert out.split() == [], out
 
