@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,16 +89,32 @@ def _range(low: int | None, high: int | None) -> str:
 
 
 def output_file(path: Path | None, flag: str, suffixes: tuple[str, ...] = ()) -> Path | None:
-    """Check before any work starts that ``path`` can be written: a file (not a folder) in an
-    existing folder, ending in one of ``suffixes`` (any case is refused but the exact one)."""
+    """Check before any work starts that ``path`` can be written: a file (not a folder, nor
+    a device or FIFO already there) in an existing folder where a file can be made (one is
+    made and removed: ``/proc`` and read-only file systems refuse it), ending in one of
+    ``suffixes`` (any case is refused but the exact one)."""
     if path is None:
         return None
     if suffixes and path.suffix not in suffixes:
         raise UserError(f"{flag}: {path}; allowed: a file ending in {' or '.join(suffixes)}")
     if str(path) in ("", ".") or path.is_dir() or path.name in ("", ".", ".."):
         raise UserError(f"{flag}: {path} is a folder; allowed: a file in an existing folder")
-    if not path.absolute().parent.is_dir():
+    folder = path.absolute().parent
+    if not folder.is_dir():
         raise UserError(f"{flag}: {path}; allowed: a file in an existing folder")
+    if os.path.lexists(path) and not (path.is_symlink() or path.is_file()):
+        raise UserError(f"{flag}: {path} exists and is not a file; allowed: a new or regular "
+                        "file")
+    import tempfile  # here: the ranks import this module, and never write a file with it
+
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.")
+    except OSError as err:
+        raise UserError(f"{flag}: {path}: cannot make a file in {folder} "
+                        f"({(err.strerror or 'refused').lower()}); allowed: a file in a folder "
+                        "you can write") from None
+    os.close(fd)
+    os.unlink(probe)
     return path
 
 

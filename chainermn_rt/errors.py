@@ -42,6 +42,19 @@ EXIT_STATUSES = {0: "success", JobFailed.exit_status: "the job or a check failed
                                                  "tool, Slurm unreachable, the sandbox down)"}
 
 
+def message_value(text: str, limit: int = 80, quote: bool = False) -> str:
+    """``text`` from outside (Slurm, a node, a file) fit for a one-line message: as it is when
+    printable, short and not empty (and not ``quote``), else its ``repr`` (control characters
+    escaped), cut to ``limit``.
+
+    >>> message_value("pmix"), message_value("a\\nb"), message_value("9" * 100, 8)
+    ('pmix', "'a\\\\nb'", "'99999999'...")
+    """
+    if text and text.isprintable() and len(text) <= limit and not quote:
+        return text
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 def print_line(line: str) -> None:
     """``line`` and its newline to stderr in one write. Under ``PYTHONUNBUFFERED=1``
     ``print()`` writes them apart, and a launcher that forwards many processes' output (mpirun,

@@ -42,17 +42,26 @@ def write_atomically(path: Path, write: Callable[[IO], object], binary: bool = F
         raise
 
 
-def read_small(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file ``path`` (not a link, device or folder), at most ``limit``;
-    ValueError saying what is wrong otherwise (OSError when it cannot be read)."""
+def read_small(path: Path, limit: int, follow_links: bool = False) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``; ValueError saying what is
+    wrong otherwise: a folder, a device, a FIFO (never opened: opening one may block or act),
+    a symbolic link unless ``follow_links`` (then what it names must be a regular file), more
+    than ``limit`` bytes. OSError when it cannot be read."""
     path = Path(path)
-    mode = os.lstat(path).st_mode
-    if not stat.S_ISREG(mode):
-        kind = "a symbolic link" if stat.S_ISLNK(mode) else \
-            "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        raise ValueError(f"{kind}, not a file")
-    with open(path, "rb") as f:
+    if not follow_links and stat.S_ISLNK(os.lstat(path).st_mode):
+        raise ValueError("a symbolic link, not a file")
+    _regular(os.stat(path).st_mode)
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+        _regular(os.fstat(f.fileno()).st_mode)  # the same file as stat saw
         data = f.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {limit} bytes")
     return data
+
+
+def _regular(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ValueError(f"{kind}, not a file")

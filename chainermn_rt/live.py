@@ -3,59 +3,70 @@
 >>> compare(load_site("slurm/sites/sandbox.toml"), Slurm())     # doctest: +SKIP
 []          # or e.g. ["partition gpu: nodes 2 in the profile, 3 in Slurm"]
 
-A client command that fails (Slurm unreachable) raises EnvironmentProblem with its message.
+A client command that fails (Slurm unreachable) raises EnvironmentProblem with its message;
+an answer that is not Slurm's (``CPUTot=abc``) a UserError naming the node and the field.
 """
 
 from __future__ import annotations
 
-import re
+from chainermn_rt.errors import UserError, message_value
+from chainermn_rt.site import MAX_NODES, Site, parse_time
+from chainermn_rt.slurm_client import Slurm, whole
+from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_MEMORY_MB, gres_gpus
 
-from chainermn_rt.site import Site, parse_time
-from chainermn_rt.slurm_client import Slurm
-from chainermn_rt.slurm_records import gres_gpus
 
-
-def _time(text: str) -> int | None:
-    return None if text.upper() in ("UNLIMITED", "INFINITE") else parse_time(text, "MaxTime")
+def _time(text: str, where: str) -> int | None:
+    return None if text.upper() in ("UNLIMITED", "INFINITE") else parse_time(text, where)
 
 
 def compare(site: Site, slurm: Slurm) -> list[str]:
-    """Every difference between the profile and Slurm's view, one line each."""
+    """Every difference between the profile and Slurm's view, one line each; a UserError
+    naming the node or partition and the field where Slurm's answer is not a value at all."""
     diffs: list[str] = []
     partitions, nodes = slurm.listing("partition"), slurm.listing("node")
     for p in site.partitions:
         live = partitions.get(p.name)
         if live is None:
             diffs.append(f"partition {p.name}: not in Slurm (it has: "
-                         f"{', '.join(sorted(partitions))})")
+                         f"{', '.join(message_value(k) for k in sorted(partitions))})")
             continue
-        total = int(live.get("TotalNodes", "0"))
+        where = f"partition {p.name}"
+        total = whole(live, "TotalNodes", MAX_NODES, where)
         if total != p.nodes:
             diffs.append(f"partition {p.name}: nodes {p.nodes} in the profile, {total} in Slurm")
-        max_time = _time(live.get("MaxTime", "UNLIMITED"))
+        max_time = _time(live.get("MaxTime", "UNLIMITED"), f"{where}: MaxTime")
         if max_time != p.max_time_s:
             diffs.append(f"partition {p.name}: max_time {p.max_time} in the profile, "
                          f"{live.get('MaxTime')} in Slurm")
-        names = slurm.hostnames(live.get("Nodes", ""))
+        try:
+            names = slurm.hostnames(live.get("Nodes", ""))
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
         for name in names:
-            node = nodes.get(name, {})
-            cpus, gpus = int(node.get("CPUTot", "0")), gres_gpus(node.get("Gres", ""))
+            node, at = nodes.get(name), f"node {name}"
+            if node is None:
+                diffs.append(f"{at}: in partition {p.name}'s Nodes, not in scontrol show node")
+                continue
+            cpus = whole(node, "CPUTot", MAX_CPUS_PER_NODE, at)
+            try:
+                gpus = gres_gpus(node.get("Gres", ""))
+            except ValueError as err:
+                raise UserError(f"{at}: Gres={message_value(node['Gres'])}: {err}") from None
             if cpus != p.cpus_per_node:
                 diffs.append(f"node {name}: cpus_per_node {p.cpus_per_node} in the profile "
                              f"(partition {p.name}), CPUTot={cpus} in Slurm")
             # A CPU-only topology may run on GPU nodes; a GPU topology must match them.
             if p.topology.gpus and gpus != p.topology.gpus:
                 diffs.append(f"node {name}: {p.topology.gpus} GPUs in topology "
-                             f"{p.topology.name!r}, Gres={node.get('Gres', '(none)')} in Slurm")
-            mem = int(node.get("RealMemory", "0"))
+                             f"{p.topology.name!r}, Gres="
+                             f"{message_value(node.get('Gres', '(none)'))} in Slurm")
+            mem = whole(node, "RealMemory", MAX_MEMORY_MB, at)
             if p.memory_mb is not None and mem != p.memory_mb:
                 diffs.append(f"node {name}: memory {p.memory_mb}M in the profile, "
                              f"RealMemory={mem} in Slurm")
     if site.launcher == "srun":
-        plugins = slurm.run(["srun", "--mpi=list"], timeout=30)
-        listed = re.findall(r"^\s*(?:srun: )?(\S+)\s*$", plugins.stdout + plugins.stderr, re.M)
+        listed = slurm.mpi_plugins()
         if site.srun_mpi not in listed:
             diffs.append(f"srun_mpi {site.srun_mpi!r}: not among srun --mpi=list's plugins "
-                         f"({', '.join(x for x in listed if x.isidentifier())})")
+                         f"({', '.join(listed)})")
     return diffs
-

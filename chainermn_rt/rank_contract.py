@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, message_value
+from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE
 
 # The node's slot table (JSON), written into the script by the Plan.
 SLOTS_VAR = "CHAINERMN_RT_SLOTS"
@@ -98,21 +99,42 @@ def check_settings(environ: Mapping[str, str], where: str | None = None) -> None
         setting(environ, name, None, f"{where}{name}" if where else None)
 
 
-CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*\Z")
-CPU_LIST_ALLOWED = "a CPU list such as \"0-13,56-69\""
-HCA = re.compile(r"[A-Za-z0-9_.-]+:\d+\Z")
+CPU_LIST = re.compile(r"[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*\Z")
+CPU_LIST_ALLOWED = (f"a CPU list such as \"0-13,56-69\" (ranges low-high, CPUs "
+                    f"0-{MAX_CPUS_PER_NODE - 1})")
+HCA = re.compile(r"[A-Za-z0-9_.-]{1,64}:[0-9]{1,3}\Z")
 HCA_ALLOWED = "an HCA with its port, e.g. \"mlx5_0:1\""
 
 
 def parse_cpu_list(text: str) -> list[int]:
-    """``"0-3,8"`` -> ``[0, 1, 2, 3, 8]``; ValueError for anything else."""
+    """``"0-3,8"`` -> ``[0, 1, 2, 3, 8]``; ValueError for anything else: a reversed range
+    (``7-0``), a CPU past ``MAX_CPUS_PER_NODE - 1``, more CPUs than a node has.
+
+    >>> parse_cpu_list("7-0")
+    Traceback (most recent call last):
+    ValueError: '7-0' is not a CPU list (7-0 is reversed); allowed: a CPU list such as \
+"0-13,56-69" (ranges low-high, CPUs 0-65535)
+    """
     if not isinstance(text, str) or not CPU_LIST.match(text):
-        raise ValueError(f"{text!r} is not a CPU list; allowed: {CPU_LIST_ALLOWED}")
-    cpus: list[int] = []
+        raise ValueError(f"{_shown(text)} is not a CPU list; allowed: {CPU_LIST_ALLOWED}")
+    spans, total = [], 0
     for part in text.split(","):
         lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
+        a, b = int(lo), int(hi or lo)
+        spans.append((a, b))
+        total += b - a + 1
+        why = f"{part} is reversed" if a > b else f"CPU {b} is past {MAX_CPUS_PER_NODE - 1}" \
+            if b >= MAX_CPUS_PER_NODE else f"more than {MAX_CPUS_PER_NODE} CPUs" \
+            if total > MAX_CPUS_PER_NODE else None
+        if why:
+            raise ValueError(f"{_shown(text)} is not a CPU list ({why}); allowed: "
+                             f"{CPU_LIST_ALLOWED}")
+    return [c for a, b in spans for c in range(a, b + 1)]
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short (a CPU list from a file may be of any length)."""
+    return message_value(value, 60, quote=True) if isinstance(value, str) else repr(value)
 
 
 @dataclass(frozen=True)

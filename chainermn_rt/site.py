@@ -37,16 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, message_value
+from chainermn_rt.files import read_small
 from chainermn_rt.rank_contract import (
-    CPU_LIST,
     CPU_LIST_ALLOWED,
     HCA,
     HCA_ALLOWED,
     Slot,
     check_settings,
+    parse_cpu_list,
 )
 from chainermn_rt.sbatch_options import PLAN_OPTIONS, claimed_by
+from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEMORY_MB
 
 # the profile `render`, `submit`, `doctor` and `scaling` use without --site (set by the module
 # of an install, docs/install.md)
@@ -56,11 +58,13 @@ SRUN_MPI = ("pmix", "pmi2")
 RUNTIMES = ("none", "apptainer", "singularity", "charliecloud", "pyxis")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-MEMORY = re.compile(r"(\d+)([KMGT]?)\Z")
+MEMORY = re.compile(r"([0-9]{1,16})([KMGT]?)\Z")
+MAX_NODES = 1_000_000  # in a partition; a profile's larger count is a mistake
+MAX_PROFILE_BYTES = 1 << 20  # the shipped profiles are 2 KB at most
 SANDBOX_MAX_NODES = 8
 # Signals the batch shell may trap for the time limit or preemption (--signal=B:SIG@SECONDS).
 BATCH_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "URG", "XCPU")
-_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
+_TIME = re.compile(r"(?:([0-9]{1,9})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?\Z")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")
 _GPUS = "--gpus-per-node (GPUs come from the topology's slots)"
 
@@ -73,7 +77,8 @@ def parse_time(text: str, where: str) -> int:
     """
     m = _TIME.match(text) if isinstance(text, str) else None  # no blanks: a #SBATCH value
     if not m:
-        raise UserError(f"{where}: {text!r} is not a Slurm time; allowed: MIN, MIN:SEC, "
+        shown = message_value(text, quote=True) if isinstance(text, str) else repr(text)
+        raise UserError(f"{where}: {shown} is not a Slurm time; allowed: MIN, MIN:SEC, "
                         "HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS")
     days, a, b, c = m.groups()
     if days is None:
@@ -89,10 +94,15 @@ def parse_memory_mb(text: str, where: str) -> int:
     """Megabytes in a Slurm memory string (``4000``, ``64G``, ``2T``)."""
     m = MEMORY.match(str(text)) if isinstance(text, (str, int)) else None
     if not m:
-        raise UserError(f"{where}: {text!r} is not a memory size; allowed: a number with an "
+        shown = message_value(text, quote=True) if isinstance(text, str) else repr(text)
+        raise UserError(f"{where}: {shown} is not a memory size; allowed: a number with an "
                         "optional K, M, G or T suffix (default M), e.g. 64G")
     scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2)]
-    return int(int(m.group(1)) * scale)
+    mb = int(int(m.group(1)) * scale)
+    if mb > MAX_MEMORY_MB:
+        raise UserError(f"{where}: {text} is more than a node has; allowed: at most "
+                        f"{MAX_MEMORY_MB >> 20}T")
+    return mb
 
 
 def check_printable(value: str, where: str) -> str:
@@ -215,10 +225,18 @@ class _Table:
                             + " | ".join(choices))
         return value
 
-    def positive(self, key: str, default: Any = ...) -> int:
-        value = self.get(key, int, default, allowed="an integer >= 1")
-        if value is not None and value < 1:
-            raise UserError(f"{self.at(key)}: {value} is not allowed; allowed: an integer >= 1")
+    def positive(self, key: str, default: Any = ..., high: int | None = None) -> int:
+        allowed = "an integer >= 1" if high is None else f"an integer 1-{high}"
+        value = self.get(key, int, default, allowed=allowed)
+        if value is not None and not 1 <= value <= (high or value):
+            raise UserError(f"{self.at(key)}: {value} is not allowed; allowed: {allowed}")
+        return value
+
+    def nonempty(self, key: str, default: Any = ..., allowed: str = "") -> Any:
+        """A string that is not empty nor only blanks (NUL refused, as by :meth:`get`)."""
+        value = self.get(key, str, default, allowed)
+        if value is not None and not value.strip():
+            raise UserError(f"{self.at(key)}: {value!r} is empty; allowed: {allowed}")
         return value
 
     def strings(self, key: str, pattern: re.Pattern | None = None, what: str = "") -> tuple:
@@ -249,12 +267,17 @@ def _kind(kind: type | tuple) -> str:
 
 def _slot(t: _Table) -> Slot:
     gpu, numa = t.get("gpu", int, None), t.get("numa", int, 0)
-    for key, value in (("gpu", gpu), ("numa", numa)):
-        if value is not None and value < 0:
-            raise UserError(f"{t.at(key)}: {value} is not allowed; allowed: an integer >= 0")
+    for key, value, high in (("gpu", gpu, MAX_GPUS_PER_NODE),
+                             ("numa", numa, MAX_CPUS_PER_NODE)):
+        if value is not None and not 0 <= value < high:
+            raise UserError(f"{t.at(key)}: {value} is not allowed; allowed: an integer "
+                            f"0-{high - 1}")
     cpus = t.get("cpus", str, allowed=CPU_LIST_ALLOWED)
-    if not CPU_LIST.match(cpus):
-        raise UserError(f"{t.at('cpus')}: {cpus!r} is not allowed; allowed: {CPU_LIST_ALLOWED}")
+    try:
+        parse_cpu_list(cpus)
+    except ValueError:
+        raise UserError(f"{t.at('cpus')}: {message_value(cpus, quote=True)} is not allowed; "
+                        f"allowed: {CPU_LIST_ALLOWED}") from None
     hcas = t.strings("hcas", HCA, HCA_ALLOWED)
     t.done()
     return Slot(gpu=gpu, numa=numa, cpus=cpus, hcas=hcas)
@@ -286,9 +309,10 @@ def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
     max_time = t.get("max_time", str, allowed="a Slurm time such as \"2-00:00:00\"")
     memory = t.get("memory", str, None, allowed="a memory size such as \"512G\"")
     partition = Partition(
-        name=name, nodes=t.positive("nodes"), max_time=max_time,
+        name=name, nodes=t.positive("nodes", high=MAX_NODES), max_time=max_time,
         max_time_s=parse_time(max_time, t.at("max_time")),
-        cpus_per_node=t.positive("cpus_per_node"), topology=topologies[topo],
+        cpus_per_node=t.positive("cpus_per_node", high=MAX_CPUS_PER_NODE),
+        topology=topologies[topo],
         memory_mb=None if memory is None else parse_memory_mb(memory, t.at("memory")),
         gpu_type=t.text("gpu_type", None), default=t.get("default", bool, False),
         sbatch=_sbatch(t.get("sbatch", dict, {}), t.at("sbatch")))
@@ -297,6 +321,13 @@ def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
         raise UserError(f"{t.at('cpus_per_node')}: {partition.cpus_per_node} is fewer than the "
                         f"{len(partition.topology.slots)} slots of topology {topo!r}; allowed: "
                         f">= {len(partition.topology.slots)}")
+    for i, slot in enumerate(partition.topology.slots):
+        highest = max(slot.cpu_ids)
+        if highest >= partition.cpus_per_node:
+            raise UserError(f"topology.{topo}.slots[{i}].cpus: {slot.cpus!r} names CPU {highest}"
+                            f", past partition {name!r}'s cpus_per_node = "
+                            f"{partition.cpus_per_node}; allowed: CPUs "
+                            f"0-{partition.cpus_per_node - 1}")
     return partition
 
 
@@ -335,7 +366,8 @@ def _container(data: Any) -> Container:
         binds=t.strings("binds", re.compile(r"[^:,\s]+(:[^:,\s]+){0,2}\Z"),
                         "SRC[:DST[:OPTIONS]] without spaces or commas"),
         flags=t.strings("flags"),
-        python=t.get("python", str, "python3"))
+        python=t.nonempty("python", "python3", allowed="the interpreter's path or name in the "
+                          "image"))
     t.done()
     return c
 
@@ -442,10 +474,12 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         environment=_environment(t.get("environment", dict, {})),
         modules=t.strings("modules"),
         account=t.text("account", None), qos=t.text("qos", None),
-        python=t.get("python", str, None),
+        python=t.nonempty("python", None, allowed="the interpreter's path or name on the "
+                          "compute nodes"),
         signal=signal, requeue=t.get("requeue", bool, False),
         max_requeues=t.get("max_requeues", int, 3, allowed="0-1000"),
-        socket_ifname=t.get("socket_ifname", str, None),
+        socket_ifname=t.nonempty("socket_ifname", None, allowed="a network interface's name "
+                                 "(or NCCL's list, e.g. \"^docker,lo\")"),
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
         sandbox=_sandbox(t.get("sandbox", dict, None), path),
         allreduce_busbw_gbps=_checks(t.get("checks", dict, None)))
@@ -459,14 +493,22 @@ def load_site(path: str | Path, argument: str = "--site") -> Site:
     """Read and validate a profile file; errors are prefixed with the file's path, and a
     missing file names the ``argument`` that gave it."""
     path = Path(path)
+    shipped = f"or a shipped one: {', '.join(shipped_sites())}"
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
-        raise UserError(f"{argument}: {path}: {err.strerror.lower()}; allowed: a readable site "
-                        f"profile (.toml) or a shipped one: {', '.join(shipped_sites())}") from None
+        data = tomllib.loads(read_small(path, MAX_PROFILE_BYTES, follow_links=True)
+                             .decode("utf-8"))
+    except OSError as err:
+        raise UserError(f"{argument}: {path}: {(err.strerror or 'unreadable').lower()}; "
+                        f"allowed: a readable site profile (.toml) {shipped}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid TOML: {err}; allowed: a UTF-8 TOML file "
                         "(https://toml.io)") from None
+    except RecursionError:
+        raise UserError(f"{path}: not valid TOML: nested too deeply; allowed: a site profile "
+                        "(docs/site-profiles.md)") from None
+    except ValueError as err:  # read_small: a device, a FIFO, a folder, too large
+        raise UserError(f"{argument}: {path}: {err}; allowed: a site profile (.toml), a file "
+                        f"of at most {MAX_PROFILE_BYTES >> 20} MiB, {shipped}") from None
     try:
         return parse_site(data, path)
     except UserError as err:

@@ -8,11 +8,17 @@ FinalState(state='COMPLETED', exit_code=0)
 The final state is read from Slurm (``scontrol show job``, then ``sacct``), never from
 ``sbatch --wait``'s status alone: a job whose step timed out can still exit 0. A cluster
 without accounting (the sandbox) passes its own ``records`` in place of ``sacct``.
+
+What a client command prints is untrusted: read up to :data:`MAX_ANSWER_BYTES` (more is a
+UserError), decoded as UTF-8 with replacement characters; one that does not end in time is
+:class:`NoAnswer` (exit 3, naming the command).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import selectors
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -20,11 +26,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
+from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError, message_value
 from chainermn_rt.slurm_records import record, records
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+# Seconds a client command that only answers (scontrol show, srun --mpi=list) may take.
+ANSWER_S = 30.0
+# What one client command may print on each of stdout and stderr; `scontrol show node -o` of
+# 10,000 nodes is about 10 MB.
+MAX_ANSWER_BYTES = 64 << 20
+# Node names and host lists (``node[01-04],gpu7``) as this bundle takes them from Slurm
+HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+HOSTLIST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]*\Z")
+
+
+class NoAnswer(EnvironmentProblem, subprocess.TimeoutExpired):
+    """A client command that did not end within its time (exit 3). Still a TimeoutExpired, for
+    callers that wait and ask again."""
+
+    def __init__(self, argv: list[str], timeout: float):
+        subprocess.TimeoutExpired.__init__(self, argv, timeout)
+        EnvironmentProblem.__init__(self, f"{message_value(' '.join(argv))}: no answer in "
+                                    f"{timeout:.0f} s")
+
+    __str__ = EnvironmentProblem.__str__
 
 
 class FinalState(NamedTuple):
@@ -43,27 +69,39 @@ class Slurm:
 
     def run(self, argv: list[str], timeout: float = 120, cwd: str | Path | None = None
             ) -> subprocess.CompletedProcess:
-        """Run a client command (``sinfo``, ``srun ...``); a CompletedProcess with text output."""
+        """Run a client command (``sinfo``, ``srun ...``); a CompletedProcess with its output
+        decoded with replacement. :class:`NoAnswer` after ``timeout`` seconds; UserError when
+        it prints more than :data:`MAX_ANSWER_BYTES`; EnvironmentProblem when it cannot start."""
         try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                  cwd=cwd, env=None if self.env is None else dict(self.env))
-        except FileNotFoundError:
-            raise EnvironmentProblem(f"{argv[0]}: not found; run it where Slurm's client "
-                                     "commands reach the cluster (for the sandbox: "
-                                     "`chainermn-rt sandbox up`)") from None
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=cwd, env=None if self.env is None else dict(self.env))
+        except OSError as err:
+            why = "not found" if isinstance(err, FileNotFoundError) else \
+                (err.strerror or "cannot run it").lower()
+            raise EnvironmentProblem(f"{argv[0]}: {why}; run it "
+                                     "where Slurm's client commands reach the cluster (for the "
+                                     "sandbox: `chainermn-rt sandbox up`)") from None
+        with proc:
+            out, err = _bounded(proc, argv, timeout)
+        return subprocess.CompletedProcess(argv, proc.returncode, _text(out), _text(err))
 
-    def output(self, argv: list[str], timeout: float = 30) -> str:
+    def output(self, argv: list[str], timeout: float | None = None) -> str:
         """A client command's standard output; EnvironmentProblem (Slurm's last line) when it
-        fails or does not answer within ``timeout`` seconds."""
-        try:
-            proc = self.run(argv, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise EnvironmentProblem(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from None
+        fails, :class:`NoAnswer` when it does not answer within ``timeout`` seconds (default
+        :data:`ANSWER_S`)."""
+        proc = self.run(argv, timeout=ANSWER_S if timeout is None else timeout)
         if proc.returncode != 0:
             said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise EnvironmentProblem(f"{' '.join(argv)} failed (exit {proc.returncode}): "
-                                     f"{said[-1] if said else 'no message'}")
+            raise EnvironmentProblem(f"{message_value(' '.join(argv))} failed (exit "
+                                     f"{proc.returncode}): "
+                                     f"{message_value(said[-1]) if said else 'no message'}")
         return proc.stdout
+
+    def mpi_plugins(self) -> tuple[str, ...]:
+        """The MPI plugins ``srun --mpi=list`` names (Slurm 22.05 prefixes each line with
+        ``srun:``; later versions indent them); words that are not plugin names are left out."""
+        proc = self.run(["srun", "--mpi=list"], timeout=ANSWER_S)
+        return mpi_plugins(proc.stdout + "\n" + proc.stderr)
 
     def listing(self, kind: str) -> dict[str, dict[str, str]]:
         """``scontrol show partition|node -o``: each record by its name."""
@@ -72,10 +110,20 @@ class Slurm:
                 if key in r}
 
     def hostnames(self, hostlist: str) -> list[str]:
-        """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (Slurm's own parser)."""
+        """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (Slurm's own parser); a
+        UserError for a list or a name that is not a host's."""
         if not hostlist or hostlist == "(null)":
             return []
-        return self.output(["scontrol", "show", "hostnames", hostlist]).split()
+        if not HOSTLIST.match(hostlist):
+            raise UserError(f"Nodes={message_value(hostlist)}: not a Slurm host list; allowed: "
+                            "names of letters, digits, '.', '_', '-', with [ranges]")
+        names = self.output(["scontrol", "show", "hostnames", hostlist]).split()
+        for name in names:
+            if not HOSTNAME.match(name):
+                raise UserError(f"scontrol show hostnames {hostlist}: "
+                                f"{message_value(name)} is not a node name; allowed: "
+                                "letters, digits, '.', '_', '-'")
+        return names
 
     def submit(self, script: Path, args: list[str] = (), cwd: str | Path | None = None) -> str:
         """``sbatch --parsable [ARGS] SCRIPT`` in ``cwd``; the job id. Slurm's refusal is a
@@ -129,4 +177,75 @@ def final_state(state: str, exit_code: str) -> FinalState | None:
     if state not in FINAL_STATES:
         return None
     code = exit_code.partition(":")[0]
-    return FinalState(state, int(code) if code.isdigit() else -1)
+    return FinalState(state, int(code) if re.fullmatch(r"[0-9]{1,9}", code) else -1)
+
+
+def whole(fields: Mapping[str, str], key: str, high: int, where: str) -> int:
+    """``fields[key]`` (a record of ``scontrol show``) as a whole number 0..``high``; a
+    UserError naming ``where`` and the field otherwise.
+
+    >>> whole({"CPUTot": "4"}, "CPUTot", 64, "node n1")
+    4
+    >>> whole({"CPUTot": "abc"}, "CPUTot", 64, "node n1")
+    Traceback (most recent call last):
+    chainermn_rt.errors.UserError: node n1: CPUTot=abc; allowed: a whole number 0-64
+    """
+    text = fields.get(key)
+    if text is not None and re.fullmatch(r"[0-9]{1,19}", text) and int(text) <= high:
+        return int(text)
+    said = f"no {key}" if text is None else f"{key}={message_value(text)}"
+    raise UserError(f"{where}: {said}; allowed: a whole number 0-{high}")
+
+
+_PLUGIN = re.compile(r"(?:srun: )?([a-z][a-z0-9_]*)\Z")
+
+
+def mpi_plugins(text: str) -> tuple[str, ...]:
+    """``srun --mpi=list``'s plugin names, line by line (no pattern spans lines).
+
+    >>> mpi_plugins("srun: MPI types are...\\nsrun: none\\nsrun: pmix_v4\\n\\tpmi2\\n")
+    ('none', 'pmix_v4', 'pmi2')
+    """
+    words = (m.group(1) for m in map(_PLUGIN.match, (line.strip() for line in
+                                                      text.splitlines())) if m)
+    return tuple(w for w in words if w not in ("mpi", "types", "are"))
+
+
+def _bounded(proc: subprocess.Popen, argv: list[str], timeout: float) -> tuple[bytes, bytes]:
+    """(stdout, stderr) of ``proc`` once it ends: killed and refused past ``timeout`` seconds or
+    :data:`MAX_ANSWER_BYTES` on either."""
+    deadline = time.monotonic() + timeout
+    got: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    sizes = dict.fromkeys(got, 0)
+    with selectors.DefaultSelector() as selector:
+        for fd in got:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                raise NoAnswer(argv, timeout)
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    selector.unregister(key.fd)
+                    continue
+                got[key.fd].append(data)
+                sizes[key.fd] += len(data)
+                if sizes[key.fd] > MAX_ANSWER_BYTES:
+                    proc.kill()
+                    raise UserError(f"{message_value(' '.join(argv))}: printed more than "
+                                    f"{MAX_ANSWER_BYTES >> 20} MiB; allowed: a Slurm client's "
+                                    "answer, at most that")
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise NoAnswer(argv, timeout) from None
+    return b"".join(got[proc.stdout.fileno()]), b"".join(got[proc.stderr.fileno()])
+
+
+def _text(data: bytes) -> str:
+    """Bytes a command printed as text: UTF-8, undecodable bytes replaced, line ends as
+    ``text=True`` gives them."""
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")

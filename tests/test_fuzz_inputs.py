@@ -413,7 +413,7 @@ BAD_ARGUMENTS = st.sampled_from([  # (option, value, the field its error names)
     ("--partition", "gpu\n", "partition"), ("--launcher", "ssh", "--launcher"),
     ("--runtime", "docker", "--runtime"), ("--runtime", "apptainer", "--image"),
     ("--log", "a\nb", "--log"), ("--account", "a\tb", "--account"), ("--qos", "q\rq", "--qos"),
-    ("--site", "nowhere", "--site"), ("--site", "/dev/null", "/dev/null"),
+    ("--site", "nowhere", "--site"), ("--site", "/dev/null", "--site: /dev/null: a device"),
 ])
 GOOD_ARGUMENTS = st.sampled_from([("--time", "10"), ("--job-name", "ok"), ("--mem", "1G"),
                                   ("--env", "A=b"), ("--per-rank-logs",)])

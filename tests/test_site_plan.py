@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import pytest
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import Request, make_plan
-from chainermn_rt.rank_contract import SLOTS_VAR
+from chainermn_rt.rank_contract import SLOTS_VAR, parse_cpu_list
 from chainermn_rt.site import load_site, parse_site
 
 from conftest import REPO
@@ -106,6 +107,36 @@ GOOD = (SITES / "quad-gpu.toml").read_text()
     (("requeue = true", "requeue = true\nrequeu = true"), "requeu: unknown field; allowed:"),
     (("cpus_per_node = 32", "cpus_per_node = 2"), "partitions[0].cpus_per_node: 2 is fewer than "
                                                   "the 4 slots"),
+    # issue 25: five malformed profiles `render` accepted
+    (("socket_ifname = \"ib0\"", "socket_ifname = \"\""), "socket_ifname: '' is empty; allowed: "
+                                                          "a network interface's name"),
+    (("modules = [", "python = \" \"\nmodules = ["), "python: ' ' is empty; allowed: the "
+                                                    "interpreter's path or name on the compute "
+                                                    "nodes"),
+    (("python = \"python3\"", "python = \"\""), "container.python: '' is empty; allowed: the "
+                                                "interpreter's path or name in the image"),
+    (("cpus = \"24-31\"", "cpus = \"31-24\""), "topology.quad.slots[3].cpus: '31-24' is not "
+                                               "allowed; allowed: a CPU list such as"),
+    (("cpus = \"24-31\"", "cpus = \"24-32\""), "topology.quad.slots[3].cpus: '24-32' names CPU 32"
+                                               ", past partition 'gpu''s cpus_per_node = 32; "
+                                               "allowed: CPUs 0-31"),
+    (("nodes = 32", "nodes = 18446744073709551616"), "partitions[0].nodes: 18446744073709551616 "
+                                                     "is not allowed; allowed: an integer "
+                                                     "1-1000000"),
+    (("nodes = 32", "nodes = 9223372036854775807"), "partitions[0].nodes: 9223372036854775807 is "
+                                                    "not allowed; allowed: an integer 1-1000000"),
+    (("cpus_per_node = 32", "cpus_per_node = 65537"), "partitions[0].cpus_per_node: 65537 is not "
+                                                      "allowed; allowed: an integer 1-65536"),
+    (("cpus = \"24-31\"", "cpus = \"24-99999\""), "topology.quad.slots[3].cpus: '24-99999' is "
+                                                  "not allowed"),
+    (("cpus = \"24-31\"", "cpus = \"24-\u0663\""), "topology.quad.slots[3].cpus: '24-\u0663' "
+                                                    "is not allowed"),  # Arabic-Indic 3
+    (("memory = \"256G\"", "memory = \"99999999999999T\""), "partitions[0].memory: "
+                                                          "99999999999999T is more than a node "
+                                                          "has; allowed: at most 1024T"),
+    (("numa = 1, cpus = \"24", "numa = 99999999, cpus = \"24"), "topology.quad.slots[3].numa: "
+                                                             "99999999 is not allowed; allowed: "
+                                                             "an integer 0-65535"),
 ])
 def test_profile_errors_name_the_field(tmp_path, edit, message):
     old, new = edit
@@ -246,3 +277,53 @@ def test_the_job_log_is_named_log():
     proc = _cli("render", "--site", "quad-gpu", "--nodes", "1", "--log", "train-%j.log", "--",
                 "x")
     assert proc.returncode == 0 and "#SBATCH --output=train-%j.log\n" in proc.stdout
+
+
+# -- profiles read with a bound (issue 25) ------------------------------------------------------
+def _profile_path(tmp_path, kind):
+    """A profile path naming what is not a profile file: a device, a FIFO, a folder, a huge
+    file (sparse: no disk used), a link to a device."""
+    path = tmp_path / "site.toml"
+    if kind == "device":
+        return "/dev/zero"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it to read would wait for a writer forever
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(64 << 30)
+    else:
+        path.symlink_to("/dev/zero")
+    return str(path)
+
+
+@pytest.mark.parametrize("kind, what", [("device", "a device"), ("fifo", "a FIFO"),
+                                        ("folder", "a folder"), ("huge", "larger than 1048576 "
+                                                                         "bytes"),
+                                        ("link", "a device")])
+def test_chainermn_rt_site_naming_no_profile_file_is_one_line(tmp_path, kind, what):
+    path = _profile_path(tmp_path, kind)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "render", "--nodes", "1", "--",
+                           "x"], capture_output=True, text=True, cwd=work, timeout=60,
+                          env={**os.environ, "CHAINERMN_RT_SITE": path})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"chainermn-rt render: error: --site: {path}: {what}, not a "
+                                  "file; allowed: a site profile (.toml), a file of at most 1 "
+                                  "MiB, or a shipped one: ") if kind != "huge" else \
+        proc.stderr.startswith(f"chainermn-rt render: error: --site: {path}: {what}; allowed: ")
+    assert proc.stderr.count("\n") == 1 and list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, why", [
+    ("7-0", "7-0 is reversed"), ("0-65536", "CPU 65536 is past 65535"),
+    ("0-65535,0-1", "more than 65536 CPUs"), ("0-\u0663", None), ("1,,2", None), ("", None),
+    ("0-99999999999", None)])
+def test_cpu_lists_are_bounded_and_ascending(text, why):
+    with pytest.raises(ValueError) as err:
+        parse_cpu_list(text)
+    assert f"is not a CPU list{f' ({why})' if why else ''}; allowed: a CPU list" in \
+        str(err.value)
+    assert parse_cpu_list("0-3,8") == [0, 1, 2, 3, 8]

@@ -4,6 +4,11 @@ whole cores, and the GPUs and HCAs on PCIe with the switches above them.
 ``--whole-system`` matters: inside a job's cgroup hwloc (like ``nvidia-smi topo -m``) would
 report only the CPUs the job may use.
 
+The XML is a node's answer, untrusted: read in pieces with its nesting bounded
+(:data:`MAX_DEPTH`), every attribute used checked (numbers in ASCII digits and bounded, PCI
+bus ids and device names by their patterns); anything else is a ValueError naming the object
+and the attribute.
+
 >>> topo = read(FIXTURE_MINI)
 >>> topo.numa, [(g.busid, g.numa, g.switches) for g in topo.gpus]
 ({0: [[0, 2], [1, 3]]}, [('0000:1b:00.0', 0, ('0000:17:00.0',))])
@@ -13,12 +18,26 @@ report only the CPUs the job may use.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+
+from chainermn_rt.errors import message_value
+from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE
 
 # PCI classes: 0x0300 VGA, 0x0302 3D controller (NVIDIA's data-centre GPUs)
 _GPU_CLASSES = ("0300", "0302")
 _NVIDIA = "10de"
+# hwloc nests Machine > Package > Die > caches > Core > PU, and PCIe bridges a few deep; a
+# node of 1,000 cores writes some 10,000 elements; Linux has at most 1,024 NUMA nodes
+MAX_DEPTH = 64
+MAX_ELEMENTS = 200_000
+MAX_NUMA = 1024
+# domain:bus:device.function (Intel VMD's domains pass ffff: more digits)
+PCI_BUSID = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]\Z")
+DEVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+_WORD = re.compile(r"(0x[0-9a-fA-F]{1,8})?\Z")  # an empty word is 0 (hwloc writes ",,")
+_INDEX = re.compile(r"[0-9]{1,5}\Z")
 
 
 @dataclass(frozen=True)
@@ -40,65 +59,164 @@ class Topology:
     hcas: list[Device]  # OpenFabrics devices (InfiniBand, RoCE), by name
 
 
-def cpuset(text: str | None) -> set[int]:
-    """``0x000000ff,0xffffffff`` (32-bit words, most significant first) -> the set bits.
+def cpuset(text: str | None) -> int:
+    """``0x000000ff,0xffffffff`` (32-bit words, most significant first; an empty word is 0)
+    -> the set as a bit mask; ValueError for anything else, or bits past
+    :data:`MAX_CPUS_PER_NODE`.
 
-    >>> sorted(cpuset("0x00000001,0x80000000"))
-    [31, 32]
+    >>> bin(cpuset("0x00000001,0x80000000")), cpuset("0x1,,0x0") == 1 << 64
+    ('0b110000000000000000000000000000000', True)
     """
     if not text:
-        return set()
-    value = int("".join(word.removeprefix("0x").rjust(8, "0") for word in text.split(",")), 16)
-    return {i for i in range(value.bit_length()) if value >> i & 1}
+        return 0
+    words = text.split(",")
+    if len(words) > MAX_CPUS_PER_NODE // 32 or not all(_WORD.match(w) for w in words):
+        raise ValueError(f"{message_value(text, 40)} is not a CPU set; allowed: 32-bit "
+                         f"hexadecimal words (0x0000000f,0xffffffff), {MAX_CPUS_PER_NODE} CPUs "
+                         "at most")
+    return int("".join(word[2:].rjust(8, "0") for word in words), 16)
+
+
+def _bits(mask: int) -> list[int]:
+    """The set bits of ``mask``, lowest first (a step per bit set, not per bit)."""
+    found = []
+    while mask:
+        low = mask & -mask
+        found.append(low.bit_length() - 1)
+        mask ^= low
+    return found
+
+
+class _Bounded(ET.TreeBuilder):
+    """ElementTree's builder, refusing an element nested deeper than :data:`MAX_DEPTH` or
+    more than :data:`MAX_ELEMENTS` of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = self.elements = 0
+
+    def start(self, tag, attrs):  # noqa: ANN001, ANN201 - TreeBuilder's API
+        self.depth += 1
+        self.elements += 1
+        if self.depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} elements; allowed: hwloc 2 XML")
+        if self.elements > MAX_ELEMENTS:
+            raise ValueError(f"more than {MAX_ELEMENTS} elements; allowed: hwloc 2 XML of one "
+                             "node")
+        return super().start(tag, attrs)
+
+    def end(self, tag):  # noqa: ANN001, ANN201
+        self.depth -= 1
+        return super().end(tag)
+
+
+def _parse(xml_text: str) -> ET.Element:
+    """The XML's root, fed in pieces so that nesting past :data:`MAX_DEPTH` stops it early;
+    ValueError when it is not hwloc XML."""
+    parser = ET.XMLParser(target=_Bounded())
+    try:
+        for at in range(0, len(xml_text), 1 << 16):
+            parser.feed(xml_text[at:at + (1 << 16)])
+        root = parser.close()
+    except ET.ParseError as err:
+        raise ValueError(f"not XML ({err}); allowed: hwloc 2 XML") from None
+    if root.tag != "topology":
+        raise ValueError("not hwloc XML: no <topology>; allowed: hwloc 2 XML")
+    return root
+
+
+class _Object:
+    """One ``<object>``'s attributes, each checked where it is read."""
+
+    def __init__(self, node: ET.Element):
+        self.node = node
+        kind = node.get("type", "")
+        self.kind = kind if kind.isalnum() else "object"
+
+    def index(self) -> int:
+        allowed = f"a whole number 0-{MAX_CPUS_PER_NODE - 1}"
+        value = int(self.match("os_index", _INDEX, allowed, "0"))
+        if value >= MAX_CPUS_PER_NODE:
+            raise ValueError(f"{self.kind} os_index={value}; allowed: {allowed}")
+        return value
+
+    def cpus(self) -> int:
+        try:
+            return cpuset(self.node.get("cpuset"))
+        except ValueError as err:
+            raise ValueError(f"{self.kind} cpuset: {err}") from None
+
+    def match(self, attribute: str, pattern: re.Pattern, allowed: str, default: str = "") -> str:
+        text = self.node.get(attribute, default)
+        if not pattern.match(text):
+            raise ValueError(f"{self.kind} {attribute}={message_value(text, 40)}; allowed: "
+                             f"{allowed}")
+        return text
 
 
 def read(xml_text: str) -> Topology:
-    """The topology in ``xml_text``; ValueError when it is not hwloc 2 XML."""
-    try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError as err:
-        raise ValueError(f"not XML: {err}") from None
-    if root.tag != "topology":
-        raise ValueError("not hwloc XML: no <topology>")
-    numa_cpus: dict[int, set[int]] = {}
+    """The topology in ``xml_text``; ValueError naming the object and attribute when it is not
+    hwloc 2 XML a node could print."""
+    root = _parse(xml_text)
+    numa_cpus: dict[int, int] = {}  # NUMA node -> its CPUs' mask
     cores: list[list[int]] = []
-    gpus: list[Device] = []
-    hcas: list[Device] = []
+    gpus: list[tuple] = []
+    hcas: list[tuple] = []
+    busid = "a PCI bus id such as 0000:1b:00.0"
+    name = "a device name of letters, digits, '_', '.', '-'"
 
-    def walk(node: ET.Element, cpus: set[int], bridges: tuple[str, ...]) -> None:
-        kind = node.get("type")
-        if kind == "NUMANode":
-            numa_cpus[int(node.get("os_index", "0"))] = cpuset(node.get("cpuset"))
-        elif kind == "Core":
-            cores.append(sorted(int(pu.get("os_index", "0")) for pu in node
-                                if pu.get("type") == "PU"))
-        elif kind == "Bridge" and node.get("bridge_type", "").startswith("1-"):
-            bridges = (node.get("pci_busid", "?"), *bridges)
-        elif kind == "PCIDev":
+    def walk(node: ET.Element, cpus: int, bridges: tuple[str, ...]) -> None:
+        obj = _Object(node)
+        if obj.kind == "NUMANode":
+            numa_cpus[obj.index()] = obj.cpus()
+            if len(numa_cpus) > MAX_NUMA:
+                raise ValueError(f"more than {MAX_NUMA} NUMANode objects; allowed: hwloc 2 XML "
+                                 "of one node")
+        elif obj.kind == "Core":
+            cores.append(sorted(_Object(pu).index() for pu in node if pu.get("type") == "PU"))
+        elif obj.kind == "Bridge" and node.get("bridge_type", "").startswith("1-"):
+            bridges = (obj.match("pci_busid", PCI_BUSID, busid).lower(), *bridges)
+        elif obj.kind == "PCIDev":
             pci_type = node.get("pci_type", "")
-            busid = node.get("pci_busid", "?")
-            names = [o.get("name", "") for o in node if o.get("type") == "OSDev"]
             if pci_type[:4] in _GPU_CLASSES and f"[{_NVIDIA}:" in pci_type:
-                gpus.append((busid, next((n for n in names if n.startswith(("cuda", "nvml"))),
-                                         ""), frozenset(cpus), bridges))
+                names = [o.get("name", "") for o in node if o.get("type") == "OSDev"]
+                gpus.append((obj.match("pci_busid", PCI_BUSID, busid).lower(),
+                             next((n for n in names if n.startswith(("cuda", "nvml"))
+                                   and DEVICE_NAME.match(n)), ""), cpus, bridges))
             for child in node:
                 if child.get("type") == "OSDev" and child.get("osdev_type") == "3":
-                    hcas.append((busid, child.get("name", ""), frozenset(cpus), bridges))
-        if node.get("cpuset") is not None and kind not in ("Bridge", "PCIDev", "OSDev"):
-            cpus = cpuset(node.get("cpuset"))
+                    hcas.append((obj.match("pci_busid", PCI_BUSID, busid).lower(),
+                                 _Object(child).match("name", DEVICE_NAME, name), cpus,
+                                 bridges))
+        if node.get("cpuset") is not None and obj.kind not in ("Bridge", "PCIDev", "OSDev"):
+            cpus = obj.cpus()
         for child in node:
             if child.tag == "object":
-                walk(child, cpus, bridges)
+                walk(child, cpus, bridges)  # at most MAX_DEPTH deep
 
     for top in root:
         if top.tag == "object":
-            walk(top, set(), ())
+            walk(top, 0, ())
 
-    def numa_of(cpus: frozenset[int]) -> int | None:
-        near = [n for n, c in sorted(numa_cpus.items()) if c and c <= cpus]
-        return near[0] if len(near) == 1 else None
+    placed: dict[int, int | None] = {}
 
-    numa = {n: [c for c in cores if c and c[0] in cpus] for n, cpus in sorted(numa_cpus.items())}
+    def numa_of(cpus: int) -> int | None:
+        if cpus not in placed:  # the NUMA node whose CPUs are all in `cpus`, if one alone
+            near = [n for n, c in sorted(numa_cpus.items()) if c and not c & ~cpus]
+            placed[cpus] = near[0] if len(near) == 1 else None
+        return placed[cpus]
+
+    if sum(mask.bit_count() for mask in numa_cpus.values()) > 8 * MAX_CPUS_PER_NODE:
+        raise ValueError("NUMANode cpusets that overlap past 8 NUMA nodes a CPU; allowed: hwloc "
+                         "2 XML of one node")
+    owners: dict[int, list[int]] = {}  # CPU -> the NUMA nodes holding it
+    for n, mask in sorted(numa_cpus.items()):
+        for cpu in _bits(mask):
+            owners.setdefault(cpu, []).append(n)
+    numa: dict[int, list[list[int]]] = {n: [] for n in sorted(numa_cpus)}
+    for core in cores:
+        for n in owners.get(core[0], []) if core else []:
+            numa[n].append(core)
     return Topology(numa,
                     [Device(b, name, numa_of(c), s) for b, name, c, s in sorted(gpus)],
                     sorted((Device(b, name, numa_of(c), s) for b, name, c, s in hcas),

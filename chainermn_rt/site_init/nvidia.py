@@ -15,15 +15,29 @@ from __future__ import annotations
 
 import re
 
+from chainermn_rt.errors import message_value
+from chainermn_rt.site_init.hwloc import PCI_BUSID
+
+_MINOR = re.compile(r"[0-9]{1,3}\Z")  # the driver's minors: 0-254 (255 is nvidiactl)
+
 
 def read_information(text: str) -> tuple[str, int]:
     """(PCI bus id in lower case, device minor) from one GPU's ``information`` file;
-    ValueError when either is missing."""
-    fields = dict(re.findall(r"^([^:\n]+):[ \t]*(.*?)\s*$", text, re.MULTILINE))
-    try:
-        return fields["Bus Location"].lower(), int(fields["Device Minor"])
-    except (KeyError, ValueError):
-        raise ValueError("no 'Bus Location' and 'Device Minor'") from None
+    ValueError naming the field when either is missing or not what the driver writes."""
+    fields = {}
+    for line in text.splitlines():  # `Key: value` (no pattern: a line of any length is cheap)
+        key, sep, value = line.partition(":")
+        if sep and key:
+            fields[key] = value.strip()
+    missing = [key for key in ("Bus Location", "Device Minor") if key not in fields]
+    if missing:
+        raise ValueError(f"no {' and no '.join(map(repr, missing))}; allowed: the NVIDIA "
+                         "driver's information file")
+    for key, pattern, allowed in (("Bus Location", PCI_BUSID, "a PCI bus id such as "
+                                   "0000:1B:00.0"), ("Device Minor", _MINOR, "a number 0-254")):
+        if not pattern.match(fields[key]) or (key == "Device Minor" and int(fields[key]) > 254):
+            raise ValueError(f"{key}: {message_value(fields[key], 40)}; allowed: {allowed}")
+    return fields["Bus Location"].lower(), int(fields["Device Minor"])
 
 
 def slurm_order(gpus: list[tuple[str, int]]) -> list[str]:
@@ -49,8 +63,24 @@ def topo_matrix(text: str) -> dict[int, dict[str, str]]:
     columns = [c.strip() for c in header.strip("\n").split("\t")][1:]
     rows = {}
     for line in lines:
-        match = re.match(r"GPU(\d+)\t", line)
+        match = re.match(r"GPU([0-9]{1,3})\t", line)
         if match:
             cells = [c.strip() for c in line.split("\t")[1:]]
             rows[int(match.group(1))] = dict(zip(columns, cells, strict=False))
     return rows
+
+
+def numa_affinity(row: dict[str, str]) -> int | None:
+    """A row's ``NUMA Affinity``: its node, or None where nvidia-smi gives none (``N/A``, a
+    list or range); ValueError for anything else.
+
+    >>> numa_affinity({"NUMA Affinity": "1"}), numa_affinity({"NUMA Affinity": "N/A"})
+    (1, None)
+    """
+    said = row.get("NUMA Affinity", "")
+    if re.fullmatch(r"[0-9]{1,5}", said):
+        return int(said)
+    if re.fullmatch(r"N/A|[0-9,-]*", said):
+        return None
+    raise ValueError(f"NUMA Affinity {message_value(said, 40)}; allowed: a NUMA node number "
+                     "or N/A")

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from chainermn_rt.errors import message_value
+
 MARK = "@@chainermn-rt "
 RUNTIME_COMMANDS = ("apptainer", "singularity", "ch-run", "enroot")
 # enroot's hook that passes Slurm's PMI(x) variables into the container (off by default)
@@ -70,26 +72,38 @@ def sections(text: str) -> list[tuple[str, str]]:
     return [(name, "\n".join(body).strip("\n")) for name, body in found]
 
 
+class Unfinished(ValueError):
+    """The probe's output ends before its last section: the step was cut short."""
+
+
+# a network interface as Linux names it (at most 15 characters), as this bundle takes it
+IFNAME = re.compile(r"[A-Za-z0-9_.@+-]{1,15}\Z")
+
+
 def parse(text: str) -> NodeReport:
-    """The probe's output; ValueError when it did not run to its end."""
+    """The probe's output; :class:`Unfinished` when it did not run to its end, ValueError
+    naming the section when a value is not what the script prints."""
     parts = sections(text)
     if not parts or parts[-1][0] != "end":
-        raise ValueError("the probe did not finish (its last section is missing)")
+        raise Unfinished("the probe did not finish (its last section is missing)")
     one = {name: body for name, body in parts}
     ports = []
     for line in one.get("ib", "").splitlines():
         path, *fields = line.split("|")
-        m = re.search(r"/infiniband/([^/]+)/ports/(\d+)$", path)
+        m = re.search(r"/infiniband/([^/]+)/ports/([0-9]{1,3})$", path)
         if m and len(fields) == 3:
             ports.append((m.group(1), int(m.group(2)), *(f.strip() for f in fields)))
     route = re.search(r"\bdev (\S+)", one.get("route", ""))
+    if route and not IFNAME.match(route.group(1)):
+        raise ValueError(f"route: interface {message_value(route.group(1), 40)}; allowed: a "
+                         "network interface's name")
     return NodeReport(
         hostname=one.get("hostname", "").strip(),
         lstopo_xml=one.get("lstopo", ""),
         ib_ports=tuple(ports),
         nvidia_information=tuple(body for name, body in parts if name == "nvidia"),
         nvidia_smi_topo=one.get("nvidia-smi", ""),
-        runtimes=tuple(one.get("runtimes", "").split()),
+        runtimes=tuple(r for r in one.get("runtimes", "").split() if r in RUNTIME_COMMANDS),
         enroot_hooks=tuple(one.get("enroot-hooks", "").split()),
         socket_ifname=route.group(1) if route and route.group(1) != "lo" else None)
 

@@ -6,26 +6,38 @@ answers for its hardware, through one one-task ``srun`` step running :data:`prob
 one of its nodes. :func:`survey` returns the facts and one-line warnings; the profile's text
 is :func:`chainermn_rt.site_init.profile.profile_text`.
 
-Errors: an unknown partition is a UserError (exit 2); Slurm unreachable or a failed step an
-EnvironmentProblem (3); a cluster no profile can describe (a partition of mixed node shapes,
-GPU counts that disagree) JobFailed (1).
+Everything Slurm and the nodes answer is untrusted: read bounded and decoded with
+replacement (:class:`~chainermn_rt.slurm_client.Slurm`), then checked field by field.
+
+Errors: an unknown partition, or an answer that is not what Slurm or the probe prints (a
+non-numeric ``CPUTot``, damaged lstopo XML, a driver file without ``Device Minor``), is a
+UserError naming the node and the field (exit 2); Slurm unreachable, a command that does not
+answer in time, a failed or cut-short step, or hwloc missing an EnvironmentProblem (3); a
+cluster no profile can describe (a partition of mixed node shapes, GPU counts that disagree,
+CPUs hwloc numbers past Slurm's CPUTot) JobFailed (1).
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, replace
 
-from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError
+from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError, message_value
 from chainermn_rt.rank_contract import Slot
-from chainermn_rt.site import parse_time
+from chainermn_rt.site import NAME, parse_time
 from chainermn_rt.site_init import hwloc, nvidia, probe
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts
 from chainermn_rt.site_init.slots import cpu_list, gpu_slots
-from chainermn_rt.slurm_client import Slurm
-from chainermn_rt.slurm_records import config, gres_gpu_type, gres_gpus
+from chainermn_rt.slurm_client import ANSWER_S, NoAnswer, Slurm, whole
+from chainermn_rt.slurm_records import (
+    MAX_CPUS_PER_NODE,
+    MAX_MEMORY_MB,
+    config,
+    gres_gpu_type,
+    gres_gpus,
+)
 
+PROBE_S = 600  # seconds the probe step may take, waiting for its node included
 UNLIMITED_AS = "365-00:00:00"  # a profile needs a max_time; Slurm's UNLIMITED becomes this
 _UNUSABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE")
 
@@ -37,30 +49,53 @@ class Shape:
     gres: str
 
     def describe(self) -> str:
-        return f"{self.cpus} CPUs, {self.memory_mb} MB, Gres={self.gres or '(null)'}"
+        return f"{self.cpus} CPUs, {self.memory_mb} MB, Gres={message_value(self.gres or '(null)')}"
+
+    @property
+    def gpus(self) -> int:
+        return gres_gpus(self.gres)  # checked when the shape was read
 
 
-def _shape(node: dict[str, str]) -> Shape:
+def _shape(name: str, node: dict[str, str] | None) -> Shape:
+    """A node's CPUs, memory and Gres from ``scontrol show node``; UserError naming the node
+    and the field when one is missing, not a number, too large, or a Gres no node has."""
+    where = f"node {name}"
+    if node is None:
+        raise UserError(f"{where}: in a partition's Nodes but not in scontrol show node; "
+                        "allowed: a node Slurm describes")
     gres = node.get("Gres", "")
-    return Shape(int(node.get("CPUTot", "0") or 0), int(node.get("RealMemory", "0") or 0),
-                 "" if gres == "(null)" else gres)
+    gres = "" if gres == "(null)" else gres
+    try:
+        gres_gpus(gres)
+        kind = gres_gpu_type(gres)
+    except ValueError as err:
+        raise UserError(f"{where}: Gres={message_value(gres)}: {err}") from None
+    if kind is not None and not NAME.match(kind):
+        raise UserError(f"{where}: Gres={message_value(gres)}: GPU type "
+                        f"{message_value(kind)}; allowed: letters, digits, '.', '_', '-'")
+    cpus = whole(node, "CPUTot", MAX_CPUS_PER_NODE, where)
+    if cpus == 0:
+        raise UserError(f"{where}: CPUTot=0; allowed: a whole number 1-{MAX_CPUS_PER_NODE}")
+    return Shape(cpus, whole(node, "RealMemory", MAX_MEMORY_MB, where), gres)
+
+
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,253}\Z")  # a host name or an IP address
 
 
 def controller_address(conf: dict[str, str]) -> str:
-    """``SlurmctldHost[0] = head(10.0.0.1)`` -> ``10.0.0.1`` (else the host name).
+    """``SlurmctldHost[0] = head(10.0.0.1)`` -> ``10.0.0.1`` (else the host name); UserError
+    when it is not a host name or address.
 
     >>> controller_address({"SlurmctldHost[0]": "head(10.0.0.1)"})
     '10.0.0.1'
     """
     host = conf.get("SlurmctldHost[0]", conf.get("ControlMachine", ""))
     m = re.match(r"([^(]*)(?:\((.*)\))?", host)
-    return (m.group(2) or m.group(1)).strip()
-
-
-def mpi_plugins(text: str) -> tuple[str, ...]:
-    """``srun --mpi=list``'s plugin names (Slurm 22.05 prefixes each line with ``srun:``)."""
-    words = re.findall(r"^\s*(?:srun: )?([a-z][a-z0-9_]*)\s*$", text, re.M)
-    return tuple(w for w in words if w not in ("mpi", "types", "are"))
+    address = (m.group(2) or m.group(1)).strip()
+    if not _HOST.match(address):
+        raise UserError(f"scontrol show config: SlurmctldHost[0]={message_value(host)}; "
+                        "allowed: a host name or an IP address, e.g. head(10.0.0.1)")
+    return address
 
 
 def _probe(slurm: Slurm, partition: str, node: str, controller: str) -> probe.NodeReport:
@@ -68,37 +103,50 @@ def _probe(slurm: Slurm, partition: str, node: str, controller: str) -> probe.No
             "--time=5", "--job-name=chainermn-rt-site-init", "sh", "-c", probe.SCRIPT, "sh",
             controller]
     try:
-        proc = slurm.run(argv, timeout=600)
-    except subprocess.TimeoutExpired:
+        proc = slurm.run(argv, timeout=PROBE_S)
+    except NoAnswer:
         raise EnvironmentProblem(f"{node}: the probe step (srun -N1 --exclusive -w {node}) did "
-                                 "not end within 600 s; is the node busy?") from None
+                                 f"not end within {PROBE_S} s; is the node busy?") from None
     if proc.returncode != 0:
         said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
         raise EnvironmentProblem(f"{node}: the probe step failed (exit {proc.returncode}): "
-                                 f"{said[-1] if said else 'no message'}")
+                                 f"{message_value(said[-1]) if said else 'no message'}")
     try:
         return probe.parse(proc.stdout)
-    except ValueError as err:
+    except probe.Unfinished as err:
         raise EnvironmentProblem(f"{node}: {err}") from None
+    except ValueError as err:
+        raise UserError(f"{node}: the probe's answer: {err}") from None
 
 
 def _gpu_order(node: str, shape: Shape, report: probe.NodeReport, topo: hwloc.Topology,
                warnings: list[str]) -> list[str]:
     """PCI bus ids in Slurm's GPU order ("" where unknown); JobFailed when counts disagree."""
-    want = gres_gpus(shape.gres)
+    want = shape.gpus
     if report.nvidia_information:
-        minors = [nvidia.read_information(text) for text in report.nvidia_information]
+        minors = []
+        for i, text in enumerate(report.nvidia_information):
+            try:
+                minors.append(nvidia.read_information(text))
+            except ValueError as err:
+                raise UserError(f"{node}: /proc/driver/nvidia/gpus/*/information (GPU file "
+                                f"{i + 1} of {len(report.nvidia_information)}): {err}") from None
+        for k, what in ((0, "PCI bus id"), (1, "device minor")):
+            seen = [m[k] for m in minors]
+            if len(set(seen)) != len(seen):
+                raise UserError(f"{node}: /proc/driver/nvidia/gpus/*/information: two GPUs "
+                                f"with one {what}; allowed: each GPU's own")
         if len(minors) != want:
-            raise JobFailed(f"{node}: Slurm has {want} GPUs (Gres={shape.gres}), the NVIDIA "
-                            f"driver lists {len(minors)}")
+            raise JobFailed(f"{node}: Slurm has {want} GPUs (Gres={message_value(shape.gres)}), "
+                            f"the NVIDIA driver lists {len(minors)}")
         order = nvidia.slurm_order(minors)
         if order != sorted(order):
             warnings.append(f"{node}: the GPUs' device minors do not follow their PCI order "
                             "(NVML's index): the slots follow the minors, as Slurm does")
         return order
     if topo.gpus and len(topo.gpus) != want:
-        raise JobFailed(f"{node}: Slurm has {want} GPUs (Gres={shape.gres}), hwloc sees "
-                        f"{len(topo.gpus)}")
+        raise JobFailed(f"{node}: Slurm has {want} GPUs (Gres={message_value(shape.gres)}), "
+                        f"hwloc sees {len(topo.gpus)}")
     if topo.gpus:
         warnings.append(f"{node}: no /proc/driver/nvidia/gpus: GPU order taken as hwloc's "
                         "PCI order")
@@ -111,24 +159,36 @@ def _cross_check(node: str, report: probe.NodeReport, made: list[Slot],
                  warnings: list[str]) -> None:
     """``nvidia-smi topo -m``'s NUMA affinity against hwloc's, where the node has it."""
     for index, row in nvidia.topo_matrix(report.nvidia_smi_topo).items():
-        said = row.get("NUMA Affinity", "")
-        if index < len(made) and said.isdigit() and int(said) != made[index].numa:
+        try:
+            said = nvidia.numa_affinity(row)
+        except ValueError as err:
+            raise UserError(f"{node}: nvidia-smi topo -m: GPU{index}: {err}") from None
+        if index < len(made) and said is not None and said != made[index].numa:
             warnings.append(f"{node}: GPU {index}: nvidia-smi topo -m says NUMA node {said}, "
                             f"hwloc {made[index].numa}")
 
 
 def _topology(name: str, node: str, shape: Shape, report: probe.NodeReport,
               warnings: list[str]) -> TopologyFacts:
+    lstopo = "lstopo --whole-system --of xml"
+    if not report.lstopo_xml.strip():
+        raise EnvironmentProblem(f"{node}: {lstopo} gave no topology; install hwloc there")
     try:
         topo = hwloc.read(report.lstopo_xml)
     except ValueError as err:
-        raise EnvironmentProblem(f"{node}: lstopo --whole-system --of xml gave no topology "
-                                 f"({err}); install hwloc there") from None
+        raise UserError(f"{node}: {lstopo}: {err}") from None
+    if not any(topo.numa.values()):
+        raise UserError(f"{node}: {lstopo}: no NUMA node with cores; allowed: the topology of "
+                        "the whole node (hwloc 2)")
     pus = sum(len(core) for cores in topo.numa.values() for core in cores)
     if pus != shape.cpus:
         warnings.append(f"{node}: Slurm has {shape.cpus} CPUs, hwloc sees {pus}")
+    highest = max(p for cores in topo.numa.values() for core in cores for p in core)
+    if highest >= shape.cpus:
+        raise JobFailed(f"{node}: hwloc numbers its CPUs up to {highest}, Slurm's CPUTot is "
+                        f"{shape.cpus}: a profile's CPU lists name CPUs 0-{shape.cpus - 1} only")
     source = f"{node}: {shape.describe()}"
-    if not gres_gpus(shape.gres):  # CPU nodes: one slot per NUMA node, its whole cores
+    if not shape.gpus:  # CPU nodes: one slot per NUMA node, its whole cores
         made = [Slot(None, n, cpu_list([p for c in cores for p in c]))
                 for n, cores in sorted(topo.numa.items()) if cores]
         return TopologyFacts(name, tuple(made), ("",) * len(made), source)
@@ -164,15 +224,18 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
            ) -> tuple[Facts, list[str], list[str]]:
     """(facts, warnings, the Slurm steps run) for the partitions ``wanted``."""
     conf = config(slurm.output(["scontrol", "show", "config"]))
+    cluster = conf.get("ClusterName", "cluster")
+    if name is None and not NAME.match(cluster):
+        raise UserError(f"scontrol show config: ClusterName={message_value(cluster)}; allowed: "
+                        "letters, digits, '.', '_', '-' (or give --name)")
     parts = slurm.listing("partition")
     for p in wanted:
         if p not in parts:
             raise UserError(f"--partition: {p!r} is not a partition of this cluster; allowed: "
-                            + ", ".join(sorted(parts)))
+                            + ", ".join(message_value(k) for k in sorted(parts)))
     nodes = slurm.listing("node")
-    listed = slurm.run(["srun", "--mpi=list"], timeout=30)
-    plugins = mpi_plugins(listed.stdout + listed.stderr)
-    pyxis = "--container-image" in slurm.run(["srun", "--help"], timeout=30).stdout
+    plugins = slurm.mpi_plugins()
+    pyxis = "--container-image" in slurm.run(["srun", "--help"], timeout=ANSWER_S).stdout
     controller = controller_address(conf)
     warnings: list[str] = []
     steps: list[str] = []
@@ -181,12 +244,15 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
     partitions = []
     for p in wanted:
         record = parts[p]
-        names = slurm.hostnames(record.get("Nodes", ""))
+        try:
+            names = slurm.hostnames(record.get("Nodes", ""))
+        except UserError as err:
+            raise UserError(f"partition {p}: {err}") from None
         if not names:
             raise JobFailed(f"partition {p}: it has no nodes")
         by_shape: dict[Shape, list[str]] = {}
         for node in names:
-            by_shape.setdefault(_shape(nodes.get(node, {})), []).append(node)
+            by_shape.setdefault(_shape(node, nodes.get(node)), []).append(node)
         if len(by_shape) > 1:
             raise JobFailed(f"partition {p}: its nodes differ ("
                             + "; ".join(f"{v[0]}: {k.describe()}" for k, v in by_shape.items())
@@ -203,7 +269,7 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
         if max_time.upper() in ("UNLIMITED", "INFINITE"):
             warnings.append(f"partition {p}: MaxTime is UNLIMITED; written as {UNLIMITED_AS}")
             max_time = UNLIMITED_AS
-        parse_time(max_time, f"partition {p} MaxTime")
+        parse_time(max_time, f"partition {p}: MaxTime")
         partitions.append(PartitionFacts(
             p, record.get("Default", "NO") == "YES", len(names), max_time, shape.cpus,
             shape.memory_mb, gres_gpu_type(shape.gres), shapes[shape].name,
@@ -221,7 +287,7 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
         warnings.append("srun offers neither pmix nor pmi2: launcher mpirun")
     ifnames = {r.socket_ifname for r in reports.values()}
     facts = Facts(
-        name=name or conf.get("ClusterName", "cluster"), srun_mpi=srun_mpi, plugins=plugins,
+        name=name or cluster, srun_mpi=srun_mpi, plugins=plugins,
         socket_ifname=ifnames.pop() if len(ifnames) == 1 else None,
         runtimes=tuple(sorted({x for r in reports.values() for x in r.runtimes})), pyxis=pyxis,
         partitions=tuple(partitions), topologies=tuple(shapes.values()))
