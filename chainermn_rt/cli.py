@@ -36,6 +36,7 @@ COMMANDS = {
     "snapshots": ("snapshots", "check the snapshot sets a resumable job wrote (OUT/snapshots)"),
     "scaling": ("scaling", "the paper's scaling study: train benchmark jobs at 1 GPU and "
                            "1, 2, 4 ... N nodes, a table and a plot"),
+    "data": ("data", "stage: copy a folder (of shards) to node-local storage, checked"),
 }
 
 

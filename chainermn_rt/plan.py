@@ -12,15 +12,21 @@ The templates in slurm/templates/ only format the Plan.
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.rank_contract import (
     RANK_LOG_PATTERN,
     RANK_LOG_VAR,
     SLOTS_VAR,
+    STAGE_DIR_VAR,
+    STAGE_FOLDER_PREFIX,
+    STAGE_FROM_VAR,
+    STAGE_LIVE_JOBS_VAR,
     STOP_DONE_SUFFIX,
     STOP_FILE_VAR,
     check_settings,
@@ -68,6 +74,9 @@ class Request:
     # Run ``python -m MODULE COMMAND...`` with the interpreter the Plan chooses (the doctor's
     # probe, the scaling study's benchmark); None: COMMAND is the whole program.
     module: str | None = None
+    # folders on the shared file system copied to every node's local_scratch before the ranks
+    # start (``--stage``); the ranks find the copies with chainermn_rt.staging.local_path
+    stage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,82 @@ class Stop:
     max_requeues: int
     file_var: str = STOP_FILE_VAR
     done_suffix: str = STOP_DONE_SUFFIX
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Data copied to node-local storage: before the ranks start, ``copy`` (one task per node)
+    copies source i to ``$STAGE_DIR/<i>``, STAGE_DIR being ``folder`` + the job id; once the
+    batch shell ends (also on failure, and before it requeues the job), ``remove`` + STAGE_DIR
+    deletes it on every node. ``list_jobs`` prints the user's job ids: the copy step removes
+    the folders of other jobs no longer listed that a kill left on its node."""
+
+    sources: tuple[str, ...]
+    scratch: str
+    copy: tuple[str, ...]
+    remove: tuple[str, ...]
+    list_jobs: tuple[str, ...] = ("squeue", "--me", "--noheader", "--format=%A")
+    dir_var: str = STAGE_DIR_VAR
+    from_var: str = STAGE_FROM_VAR
+    live_var: str = STAGE_LIVE_JOBS_VAR
+
+    @property
+    def folder(self) -> str:
+        """The node-local folder's path up to the job id the script appends."""
+        return posixpath.join(self.scratch, STAGE_FOLDER_PREFIX)
+
+    @property
+    def sources_json(self) -> str:
+        return json.dumps(list(self.sources))
+
+
+def stage_sources(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """``--stage`` folders, normalised: absolute, printable, none inside another.
+
+    >>> stage_sources(("/lustre/a/train/", "/lustre/a//val"))
+    ('/lustre/a/train', '/lustre/a/val')
+    >>> stage_sources(("/lustre/a", "/lustre/a/val"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    chainermn_rt.errors.UserError: --stage: '/lustre/a/val' lies in '/lustre/a', staged already; ...
+    """
+    allowed = "an absolute path of a folder on the shared file system, other than /"
+    sources: list[str] = []
+    for path in paths:
+        if "\0" in path:
+            raise UserError(f"--stage: {path!r} contains a NUL byte; allowed: {allowed}")
+        check_printable(path, "--stage")
+        if not path.startswith("/"):
+            raise UserError(f"--stage: {path!r} is a relative path; allowed: {allowed}")
+        norm = "/" + posixpath.normpath(path).lstrip("/")
+        if norm == "/":
+            raise UserError(f"--stage: {path!r}; allowed: {allowed}")
+        for other in sources:
+            inner, outer = sorted((norm, other), key=len, reverse=True)
+            if inner == outer or inner.startswith(outer + "/"):
+                what = "given twice" if inner == outer else f"lies in {outer!r}, staged already"
+                raise UserError(f"--stage: {inner!r} {what}; allowed: folders that do not "
+                                "contain each other")
+        sources.append(norm)
+    return tuple(sources)
+
+
+def _stage(site: Site, part: Partition, req: Request, nodes: int, container: tuple[str, ...],
+           pyxis_flags: tuple[str, ...], python: str) -> Stage | None:
+    """The copy and removal steps: srun whatever the ranks' launcher (every Slurm allocation
+    has it, and a copy needs no MPI), one task on each node; the copy inside the container."""
+    if not req.stage:
+        return None
+    if part.local_scratch is None:
+        raise UserError(f"--stage: partition {part.name!r} of site {site.name!r} has no "
+                        "local_scratch; allowed: a partition whose profile entry names its "
+                        "node-local folder in local_scratch (docs/site-profiles.md)")
+    one_per_node = ("srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                    "--kill-on-bad-exit=1", "--mpi=none")
+    return Stage(
+        sources=stage_sources(req.stage), scratch=part.local_scratch,
+        copy=(*one_per_node, *pyxis_flags, *container, python, "-m", "chainermn_rt", "data",
+              "stage", "--job"),
+        remove=(*one_per_node, "rm", "-rf", "--"))
 
 
 def stop_of(site: Site) -> Stop | None:
@@ -119,6 +204,7 @@ class Plan:
     cpus_per_task: int
     gpus_per_node: int
     stop: Stop | None = None
+    stage: Stage | None = None
 
     @property
     def world_size(self) -> int:
@@ -147,9 +233,13 @@ def _tasks(site: Site, part: Partition, req: Request) -> tuple[int, int]:
     return r, 0
 
 
-def _container(site: Site, req: Request) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """(runtime, argv placed before the rank step, extra launcher flags)."""
+def _container(site: Site, req: Request, scratch: str | None
+               ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(runtime, argv placed before the rank step, extra launcher flags); ``scratch``: a
+    node-local folder the container must see too (staged data), bound at the same path."""
     c = site.container
+    if scratch and not any(b.split(":")[0].rstrip("/") == scratch for b in c.binds):
+        c = replace(c, binds=(*c.binds, f"{scratch}:{scratch}"))
     runtime = req.runtime or c.runtime
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime: {runtime!r} is not known; allowed: {' | '.join(RUNTIMES)}")
@@ -218,9 +308,10 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int,
                             "KEY made of letters, digits and _")
         env[key] = check_printable(value, f"--env {key}")
     check_settings(dict(req.env), "--env ")
-    if SLOTS_VAR in env or RANK_LOG_VAR in env:
-        raise UserError(f"--env: {SLOTS_VAR} and {RANK_LOG_VAR} are set by chainermn-rt; "
-                        "allowed: any other variable")
+    ours = (SLOTS_VAR, RANK_LOG_VAR, STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR)
+    if any(name in env for name in ours):
+        raise UserError(f"--env: {', '.join(ours)} are set by chainermn-rt; allowed: any "
+                        "other variable")
     env[SLOTS_VAR] = dump_slots(part.topology.slots[:tasks_per_node])
     if per_rank_logs:
         env[RANK_LOG_VAR] = RANK_LOG_PATTERN
@@ -254,7 +345,8 @@ def make_plan(site: Site, req: Request) -> Plan:
                         "with a space or /")
     job_name = check_printable(req.job_name, "--job-name")
     log = check_printable(req.log, "--log")
-    runtime, container, pyxis_flags = _container(site, req)
+    runtime, container, pyxis_flags = _container(
+        site, req, part.local_scratch if req.stage else None)
     if req.python and "\0" in req.python:
         raise UserError("--python: contains a NUL byte; allowed: an interpreter's path or name")
     python = req.python or (site.container.python if runtime != "none" else site.python)
@@ -298,4 +390,5 @@ def make_plan(site: Site, req: Request) -> Plan:
         command=(python, "-m", req.module, *req.command) if req.module else tuple(req.command),
         partition=part.name, nodes=req.nodes,
         tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus,
-        stop=stop_of(site))
+        stop=stop_of(site),
+        stage=_stage(site, part, req, req.nodes, container, pyxis_flags, python))

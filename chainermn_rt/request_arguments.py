@@ -55,6 +55,10 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     a("--job-name", default="chainermn", help="default: %(default)s")
     a("--log", default=LOG_PATTERN, help="the job's log file pattern; default: %(default)s")
     a("--per-rank-logs", action="store_true", help="each rank writes %%x-%%j.rank<N>.out")
+    a("--stage", action="append", default=[], metavar="PATH",
+      help="copy this folder (absolute, on the shared file system) to every node's "
+           "local_scratch before the ranks start, and remove the copy when the job ends "
+           "(repeatable); ranks find it with chainermn_rt.staging.local_path(PATH)")
     a("--output", "-o", type=Path, help="write the script here (default: print it)")
     a("--dry-run", action="store_true", help="print what would be written; write nothing")
     a("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -88,6 +92,6 @@ def request_from(args: argparse.Namespace, **fields) -> Request:
     if hasattr(args, "job_name"):  # render's and submit's own arguments
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         values.update(command=tuple(command), job_name=args.job_name,
-                      per_rank_logs=args.per_rank_logs, log=args.log)
+                      per_rank_logs=args.per_rank_logs, log=args.log, stage=tuple(args.stage))
     values.update(fields)
     return Request(**values)

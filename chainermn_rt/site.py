@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import posixpath
 import re
 import tomllib
 from dataclasses import dataclass
@@ -135,6 +136,8 @@ class Partition:
     gpu_type: str | None = None
     default: bool = False
     sbatch: tuple[tuple[str, str | None], ...] = ()  # extra options; None: a flag
+    # a node-local folder on every node (its own, not shared): where --stage copies data
+    local_scratch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -300,7 +303,25 @@ def _topology(name: str, data: Any, where: str) -> Topology:
     return Topology(name=name, slots=slots)
 
 
-def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
+LOCAL_SCRATCH_ALLOWED = ("an absolute path other than / of a folder each node has for itself, "
+                         "e.g. \"/local/scratch\", without spaces, ':', ',' or '$'")
+
+
+def _local_scratch(t: _Table, default: str | None) -> str | None:
+    """``local_scratch``: a node-local folder the job script copies ``--stage`` data into."""
+    if "local_scratch" not in t.data:
+        t.used.add("local_scratch")
+        return default
+    value = t.text("local_scratch", allowed=LOCAL_SCRATCH_ALLOWED)
+    if not value.startswith("/") or value.rstrip("/") == "" or "$" in value or \
+            re.search(r"[\s:,]", value):
+        raise UserError(f"{t.at('local_scratch')}: {value!r} is not allowed; allowed: "
+                        f"{LOCAL_SCRATCH_ALLOWED}")
+    return posixpath.normpath(value).replace("//", "/")
+
+
+def _partition(t: _Table, topologies: dict[str, Topology],
+               local_scratch: str | None = None) -> Partition:
     name = t.text("name", allowed="a partition name")
     topo = t.get("topology", str, allowed=" | ".join(topologies) or "a [topology.NAME] table")
     if topo not in topologies:
@@ -315,7 +336,8 @@ def _partition(t: _Table, topologies: dict[str, Topology]) -> Partition:
         topology=topologies[topo],
         memory_mb=None if memory is None else parse_memory_mb(memory, t.at("memory")),
         gpu_type=t.text("gpu_type", None), default=t.get("default", bool, False),
-        sbatch=_sbatch(t.get("sbatch", dict, {}), t.at("sbatch")))
+        sbatch=_sbatch(t.get("sbatch", dict, {}), t.at("sbatch")),
+        local_scratch=_local_scratch(t, local_scratch))
     t.done()
     if partition.cpus_per_node < len(partition.topology.slots):
         raise UserError(f"{t.at('cpus_per_node')}: {partition.cpus_per_node} is fewer than the "
@@ -457,7 +479,8 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
     raw_parts = t.get("partitions", list, allowed="a list of [[partitions]] tables")
     if not raw_parts:
         raise UserError("partitions: empty; allowed: at least one [[partitions]] table")
-    parts = tuple(_partition(_Table(p, f"partitions[{i}]"), topologies)
+    scratch = _local_scratch(t, None)  # the default of every partition
+    parts = tuple(_partition(_Table(p, f"partitions[{i}]"), topologies, scratch)
                   for i, p in enumerate(raw_parts))
     names = [p.name for p in parts]
     if len(set(names)) != len(names):

@@ -35,6 +35,15 @@ CASES = {
                                         memory="200G")),
     "cpu-cluster-4": ("cpu-cluster", Request(nodes=4, ranks_per_node=1, time="1-00",
                                              command=("python3", "train_mnist.py"))),
+    "sandbox-stage": ("sandbox", Request(
+        nodes=2, gpus_per_node=2, python="/opt/venv/bin/python",
+        stage=("/lustre/imagenet/shards/train", "/lustre/imagenet/shards/val"),
+        command=("python3", "examples/train_imagenet.py", "--train",
+                 "/lustre/imagenet/shards/train", "--val", "/lustre/imagenet/shards/val"))),
+    "sandbox-stage-charliecloud-mpirun": ("sandbox", Request(
+        nodes=2, partition="cpu", launcher="mpirun", runtime="charliecloud",
+        image="/var/tmp/chainermn-rt_cpu", stage=("/data/shards",),
+        command=("python3", "/opt/chainermn_rt/examples/train_mnist.py"))),
     "hostile": ("sandbox", Request(
         nodes=1, gpus_per_node=1, python="/opt/venv/bin/python",
         job_name="a \"quoted\" #name; $(id) `id` \\ é",

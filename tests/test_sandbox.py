@@ -215,6 +215,7 @@ def assert_nothing_left(sb: Sandbox, record: dict) -> None:
     assert not any(processes.alive(p) for p in record["procs"].values())
     assert processes.members(set(), f"{MARKER_VAR}={sb.state_dir}".encode()) == []
     assert netns.existing(sb.settings.prefix) == []
+    assert not (sb.state_dir / "scratch").exists()  # the nodes' local scratch, and what was in it
 
 
 def test_two_sandboxes_run_side_by_side(sandbox, tmp_path):

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError
-from chainermn_rt.sandbox import daemons, netns, processes
+from chainermn_rt.sandbox import daemons, netns, processes, scratch
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
 from chainermn_rt.sandbox.settings import SandboxSettings, sandbox_settings
@@ -112,7 +112,9 @@ class Sandbox:
                    is None]
         if missing:
             raise SandboxError(f"not installed: {', '.join(missing)}; run `make setup`")
+        scratch.check(self.settings)
         self._fresh_state_dir()
+        scratch.make(self.settings)
         record = {"nodes": self.settings.node_names(), "procs": {}, "site": str(self.site.path)}
         self._save(record)
         try:
@@ -183,6 +185,7 @@ class Sandbox:
         if record is None:
             notes.append(f"cleared what a sandbox left without `down`: {left}")
         problems = self._clear(leftovers(self.settings))
+        scratch.clear(self.settings)  # the nodes' scratch goes with them
         if problems or any(processes.alive(p) for p in procs.values()):
             raise SandboxError("sandbox not fully down: " + "; ".join(notes + problems))
         (self.state_dir / RECORD).unlink(missing_ok=True)

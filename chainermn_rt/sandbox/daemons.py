@@ -11,7 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from chainermn_rt.sandbox import netns, processes
+from chainermn_rt.sandbox import netns, processes, scratch
 from chainermn_rt.sandbox.settings import SandboxSettings
 from chainermn_rt.slurm_client import Slurm
 
@@ -66,11 +66,12 @@ def start_all(s: SandboxSettings, slurm: Slurm, procs: dict[str, dict],
 
 
 def slurmd_argv(s: SandboxSettings, node: str) -> list[str]:
-    """A node's slurmd in the node's network namespace, with its own hostname and /etc/hosts."""
+    """A node's slurmd in the node's network namespace, with its own hostname, /etc/hosts
+    and local scratch folder."""
     return ["nsenter", f"--net={netns.path(s.netns(node))}", "unshare", "--uts", "--mount",
             "--propagation", "private", "sh", "-c", MOUNT_HOSTS, node,
-            str(s.state_dir / "etc" / "hosts"), "slurmd", "-D", "-N", node, "-f",
-            str(s.state_dir / "etc" / "slurm.conf")]
+            str(s.state_dir / "etc" / "hosts"), *scratch.mount_argv(s, node),
+            "slurmd", "-D", "-N", node, "-f", str(s.state_dir / "etc" / "slurm.conf")]
 
 
 def node_states(slurm: Slurm) -> dict[str, str]:

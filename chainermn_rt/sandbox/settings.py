@@ -48,6 +48,8 @@ class SandboxSettings:
     state_dir: Path
     nodes: int
     hwloc_xml: Path | None = None
+    # the profile's local_scratch paths: each node's own folder is mounted there (scratch.py)
+    scratch: tuple[str, ...] = ()
 
     @property
     def prefix(self) -> str:
@@ -79,4 +81,6 @@ def sandbox_settings(site: Site, nodes: int | None = None,
     count = nodes or site.sandbox.nodes or max(p.nodes for p in site.partitions)
     folder = Path(state_dir).absolute() if state_dir is not None else default_state_dir()
     return SandboxSettings(subnet=site.sandbox.subnet, state_dir=folder,
-                           nodes=min(count, SANDBOX_MAX_NODES), hwloc_xml=site.sandbox.hwloc_xml)
+                           nodes=min(count, SANDBOX_MAX_NODES), hwloc_xml=site.sandbox.hwloc_xml,
+                           scratch=tuple(sorted({p.local_scratch for p in site.partitions
+                                                 if p.local_scratch})))
