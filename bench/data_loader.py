@@ -14,7 +14,7 @@ about 100 KB) packed into shards, every figure is images/s of the training trans
   ``--dali PYTHON``, an interpreter with ``nvidia-dali-cuda120`` (a throwaway venv: DALI is
   not a dependency);
 - ``pack`` vs ``tar``: ``chainermn-rt data pack`` (no re-encoding) and ``tar -cf`` over the same
-  files, one process each (seconds, and images/s).
+  files (pack with one process, and with one per CPU, its default; tar has one).
 
 Run: ``python -m bench.data_loader [--images 400] [--rounds 3] [--dali /tmp/dali/bin/python]``
 """
@@ -66,6 +66,16 @@ for _ in range(rounds):
 """
 
 
+def dali_round(python: str, shards: Path, n: int, size: int) -> float:
+    """Images/s of one timed round of DALI's pipeline (after its warm-up), in its interpreter."""
+    proc = subprocess.run([python, "-c", DALI_PROGRAM, str(shards), str(n), "1", str(size)],
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "PATH": f"{Path(python).parent}:{os.environ['PATH']}"})
+    if proc.returncode:
+        raise SystemExit(f"DALI failed: {proc.stderr[-2000:]}")
+    return float(proc.stdout.split()[-1])
+
+
 def rate(fn, n: int) -> float:
     start = time.perf_counter()
     fn()
@@ -109,21 +119,24 @@ def pillow(images, size: int):
     return run
 
 
-def loader_run(shards: Path, workers: int, n: int, size: int):
+def loader_round(shards: Path, workers: int, n: int, size: int) -> float:
+    """Images/s of a fresh loader over ``n`` images after two warm-up batches; then it is
+    stopped, so its prefetching never runs into another method's round."""
     from chainermn_rt.data.loader import Loader
     from chainermn_rt.data.sources import ShardSource
     from chainermn_rt.data.transforms import TrainCrop
 
     it = Loader(ShardSource(shards, train=True, buffer=256), 32, TrainCrop(size), size=size,
                 workers=workers)
-    for _ in range(2):  # workers started, buffers filled
-        next(it)
-
-    def run():
-        done = 0
+    try:
+        for _ in range(2):
+            next(it)
+        start, done = time.perf_counter(), 0
         while done < n:
             done += len(next(it))
-    return run, it
+        return done / (time.perf_counter() - start)
+    finally:
+        it.finalize()
 
 
 def main() -> int:
@@ -145,44 +158,40 @@ def main() -> int:
                   workers=2)
         print(f"{n} images, {sum(map(len, images)) / n / 1e3:.0f} KB each on average; "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
-        loaders = {w: loader_run(work / "shards", w, n, args.size) for w in (0, 1, 2)}
         methods = {"bare": bare(images, args.size), "pillow": pillow(images, args.size),
-                   **{f"loader_{w}": run for w, (run, _) in loaders.items()}}
-        rates = {name: [] for name in methods}
-        for _ in range(args.rounds):
-            for name, fn in methods.items():
-                rates[name].append(rate(fn, n))
-        for _, it in loaders.values():
-            it.finalize()
+                   "loader_0": None, "loader_1": None, "loader_2": None}
         if args.dali:
-            proc = subprocess.run([args.dali, "-c", DALI_PROGRAM, str(work / "shards"), str(n),
-                                   str(args.rounds), str(args.size)], capture_output=True,
-                                  text=True, check=False,
-                                  env={**os.environ, "PATH": f"{Path(args.dali).parent}:"
-                                                             f"{os.environ['PATH']}"})
-            if proc.returncode:
-                print(proc.stderr[-2000:], file=sys.stderr)
-            else:
-                rates["dali"] = [float(x) for x in proc.stdout.split()]
-        pack_rates, tar_rates = [], []
-        for i in range(args.rounds):
-            out = work / f"packed{i}"
-            start = time.perf_counter()
-            pack.pack(str(work / "src"), str(out), pack.Options(shard_size=1000), workers=1)
-            pack_rates.append(n / (time.perf_counter() - start))
-            start = time.perf_counter()
-            subprocess.run(["tar", "-cf", str(work / f"t{i}.tar"), "-C", str(work), "src"],
-                           check=True)
-            tar_rates.append(n / (time.perf_counter() - start))
-            shutil.rmtree(out)
-            os.unlink(work / f"t{i}.tar")
-        rates.update(pack=pack_rates, tar=tar_rates)
+            methods["dali"] = None  # a round in DALI's own interpreter, timed there
+        methods.update(pack_1=None, pack=None, tar=None)
+        rates = {name: [] for name in methods}
+        for i in range(args.rounds):  # every method once per round: load changes hit all
+            for name, fn in methods.items():
+                if fn is not None:
+                    rates[name].append(rate(fn, n))
+                elif name.startswith("loader_"):
+                    rates[name].append(loader_round(work / "shards", int(name[-1]), n,
+                                                    args.size))
+                elif name == "dali":
+                    rates[name].append(dali_round(args.dali, work / "shards", n, args.size))
+                elif name.startswith("pack"):
+                    out = work / f"packed{i}"
+                    start = time.perf_counter()
+                    pack.pack(str(work / "src"), str(out), pack.Options(shard_size=100),
+                              workers=1 if name == "pack_1" else len(os.sched_getaffinity(0)))
+                    rates[name].append(n / (time.perf_counter() - start))
+                    shutil.rmtree(out)
+                else:
+                    start = time.perf_counter()
+                    subprocess.run(["tar", "-cf", str(work / "t.tar"), "-C", str(work), "src"],
+                                   check=True)
+                    rates[name].append(n / (time.perf_counter() - start))
+                    os.unlink(work / "t.tar")
         median = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
         names = {"bare": "bare decode + transform loop, in memory", "pillow": "Pillow 13",
                  "loader_0": "loader, in process (shard read + decode)",
                  "loader_1": "loader, 1 worker", "loader_2": "loader, 2 workers",
-                 "dali": "DALI CPU pipeline, 1 thread", "pack": "data pack (1 process)",
-                 "tar": "tar -cf"}
+                 "dali": "DALI CPU pipeline, 1 thread", "pack_1": "data pack, 1 process",
+                 "pack": "data pack, a process per CPU", "tar": "tar -cf"}
         print(f"| method | images/s (median of {args.rounds}) |\n| --- | --- |")
         for k, v in median.items():
             print(f"| {names[k]} | {v:.0f} |")
@@ -190,7 +199,8 @@ def main() -> int:
                   "loader_0_vs_bare": median["loader_0"] / median["bare"],
                   "two_workers_vs_one": median["loader_2"] / median["loader_1"],
                   "bare_vs_pillow": median["bare"] / median["pillow"],
-                  "pack_vs_tar": median["pack"] / median["tar"]}
+                  "pack_vs_tar": median["pack"] / median["tar"],
+                  "pack_1_vs_tar": median["pack_1"] / median["tar"]}
         if "dali" in median:
             ratios["bare_vs_dali"] = median["bare"] / median["dali"]
             ratios["loader_1_vs_dali"] = median["loader_1"] / median["dali"]

@@ -16,6 +16,7 @@ the shard and key (the abort rule ends the job with that line).
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import shutil
 import signal
@@ -93,7 +94,10 @@ class Loader(chainer.dataset.Iterator):
         self._lengths: dict[int, int] = {}
         shape = (self.depth + 1, batch_size, size, size, 3)
         self._procs, self._conns, self._shm = [], [], None
+        self._sent: set[int] = set()  # shards whose descriptor the workers hold
+        self._closed: list[int] = []  # shards closed here since the last dispatch
         if self.workers:
+            source.on_close = self._closed.append
             self._start(shape)
         else:
             self._slots = numpy.empty(shape, numpy.uint8)
@@ -210,16 +214,43 @@ class Loader(chainer.dataset.Iterator):
                 return
             self._inflight.append(job)
             if self.workers:
-                payload = [(s.key, s.data, s.shard) for s in job.samples]
-                conn = self._conns[job.index % self.workers]
                 try:
-                    conn.send((job.index, job.index % len(self._slots), job.epoch_of, payload))
-                except OSError:  # the worker has gone: _wait says how
+                    self._dispatch(job)
+                except OSError:  # a worker has gone: _wait says how
                     pass
+
+    def _dispatch(self, job: _Job) -> None:
+        """Send ``job`` to its worker: shards' descriptors it has not seen first, and images
+        as spans of them (the worker reads them); images held here as one message after."""
+        from multiprocessing.reduction import send_handle
+
+        for sample in job.samples:
+            shard = sample.file
+            if shard is not None and shard.id not in self._sent:
+                for conn, proc in zip(self._conns, self._procs, strict=True):
+                    conn.send(("fd", shard.id))
+                    send_handle(conn, shard.fd, proc.pid)
+                self._sent.add(shard.id)
+        if self._closed:
+            gone = [i for i in self._closed if i in self._sent]
+            self._sent.difference_update(gone)
+            self._closed.clear()
+            if gone:
+                for conn in self._conns:
+                    conn.send(("close", gone))
+        held = [s.data for s in job.samples if s.file is None]
+        refs = [None if s.file is None else (s.file.id, *s.data) for s in job.samples]
+        conn = self._conns[job.index % self.workers]
+        conn.send((job.index, job.index % len(self._slots), job.epoch_of,
+                   [s.key for s in job.samples], [s.shard for s in job.samples], refs,
+                   list(itertools.accumulate(map(len, held))) if held else None))
+        if held:
+            conn.send_bytes(b"".join(held))
 
     def _decode_here(self, job: _Job, slot: int) -> None:
         try:
-            worker.decode_into(self._slots[slot], [(s.key, s.data, s.shard) for s in job.samples],
+            worker.decode_into(self._slots[slot], [(s.key, s.image, s.shard)
+                                                   for s in job.samples],
                                self.transform, job.epoch_of)
         except jpeg.DecodeError as err:
             raise DataError(str(err)) from None

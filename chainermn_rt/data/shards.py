@@ -6,7 +6,7 @@ the same bytes), read member by member without the tarfile module's per-member c
 >>> import io
 >>> shard = member("a/x1.jpg", b"JPEG") + member("a/x1.cls", b"7") + END
 >>> len(shard) % 512, list(read(io.BytesIO(shard), "s.tar"))
-(0, [Sample(key='a/x1', data=b'JPEG', label=7, shard='s.tar')])
+(0, [Sample(key='a/x1', data=b'JPEG', label=7, shard='s.tar', file=None)])
 >>> list(read(io.BytesIO(shard[:514]), "s.tar"))
 Traceback (most recent call last):
 chainermn_rt.data.shards.DataError: s.tar: cut short in member 'a/x1.jpg' (at byte 514)
@@ -14,7 +14,10 @@ chainermn_rt.data.shards.DataError: s.tar: cut short in member 'a/x1.jpg' (at by
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
+import weakref
 from collections.abc import Iterator
 from typing import IO, NamedTuple
 
@@ -33,9 +36,13 @@ class DataError(UserError):
 
 class Sample(NamedTuple):
     key: str
-    data: bytes  # the encoded image
+    data: bytes | Span  # the encoded image, or where it lies in ``file``
     label: int
     shard: str  # where it came from: the shard's (or the image file's) path
+    file: ShardFile | None = None
+
+    def image(self) -> bytes:
+        return self.file.read(self.data, self.key) if self.file is not None else self.data
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -79,9 +86,21 @@ def _number(field: bytes) -> int:
     return int(field.strip(b"\0 ") or b"0", 8)
 
 
-def _members(f: IO[bytes], where: str) -> Iterator[tuple[str, bytes]]:
-    """(name, data) of each regular file member of the tar stream ``f``."""
+class Span(NamedTuple):
+    """Where a member's data lies in its shard file (read later, by whoever decodes it)."""
+
+    offset: int
+    size: int
+
+
+def _members(f: IO[bytes], where: str, lazy: bool = False
+             ) -> Iterator[tuple[str, bytes | Span]]:
+    """(name, data) of each regular file member of the tar stream ``f``; with ``lazy``, images
+    are skipped over and given as their :class:`Span`."""
     offset, long_name = 0, None
+    end = f.seek(0, 2) if lazy else None
+    if lazy:
+        f.seek(0)
     while True:
         header = f.read(BLOCK)
         if len(header) < BLOCK:
@@ -102,14 +121,20 @@ def _members(f: IO[bytes], where: str) -> Iterator[tuple[str, bytes]]:
         kind = header[156:157]
         name = (header[345:500].rstrip(b"\0") + b"/" if header[345] else b"") \
             + header[:100].split(b"\0", 1)[0]
-        data = f.read(size)
         shown = (long_name or name).decode("utf-8", "surrogateescape")
-        if len(data) < size:
-            raise DataError(f"{where}: cut short in member {shown!r} (at byte "
-                            f"{offset + len(data)})")
         pad = -size % BLOCK
-        if pad and len(f.read(pad)) < pad:
-            raise DataError(f"{where}: cut short after member {shown!r}")
+        if lazy and kind in (b"0", b"\0", b"7") and shown.rpartition(".")[2] in IMAGE_EXTENSIONS:
+            if offset + size > end:
+                raise DataError(f"{where}: cut short in member {shown!r} (at byte {end})")
+            f.seek(size + pad, 1)
+            data = Span(offset, size)
+        else:
+            data = f.read(size)
+            if len(data) < size:
+                raise DataError(f"{where}: cut short in member {shown!r} (at byte "
+                                f"{offset + len(data)})")
+            if pad and len(f.read(pad)) < pad:
+                raise DataError(f"{where}: cut short after member {shown!r}")
         offset += size + pad
         if kind == b"L":  # GNU long name of the next member
             long_name = data.rstrip(b"\0")
@@ -119,14 +144,15 @@ def _members(f: IO[bytes], where: str) -> Iterator[tuple[str, bytes]]:
                 if pair.startswith(b"path="):
                     long_name = pair[5:]
         elif kind in (b"0", b"\0", b"7"):
-            yield (long_name or name).decode("utf-8", "surrogateescape"), data
+            yield shown, data
             long_name = None
         else:  # folders, links, global headers: no samples
             long_name = None
 
 
-def read(f: IO[bytes], where: str) -> Iterator[Sample]:
-    """The samples of the shard stream ``f`` (named ``where`` in errors), in order."""
+def read(f: IO[bytes], where: str, lazy: bool = False) -> Iterator[Sample]:
+    """The samples of the shard stream ``f`` (named ``where`` in errors), in order; with
+    ``lazy`` each image is a :class:`Span` of ``f`` instead of its bytes."""
     key, image, label, name = None, None, None, ""
 
     def done() -> Sample:
@@ -136,7 +162,7 @@ def read(f: IO[bytes], where: str) -> Iterator[Sample]:
                             "<key>.jpg and <key>.cls for every key")
         return Sample(key, image, label, where)
 
-    for name, data in _members(f, where):
+    for name, data in _members(f, where, lazy):
         parts = split_name(name)
         if parts is None:
             raise DataError(f"{where}: member {name!r} has no extension; allowed: "
@@ -163,9 +189,54 @@ def read(f: IO[bytes], where: str) -> Iterator[Sample]:
 
 def read_file(path: str) -> Iterator[Sample]:
     """The samples of the shard file ``path``."""
+    with _open(path) as f:
+        yield from read(f, path)
+
+
+def _open(path: str, buffering: int = 1 << 20) -> IO[bytes]:
     try:
-        f = open(path, "rb", buffering=1 << 20)
+        return open(path, "rb", buffering=buffering)
     except OSError as err:
         raise DataError(f"{path}: cannot be read ({err.strerror})") from None
-    with f:
-        yield from read(f, path)
+
+
+class ShardFile:
+    """A shard open for reading its images at their spans, by this process or by a worker it
+    hands the descriptor to (``fd``; ``id`` names it to them); closed when no sample of it is
+    left, then ``on_close(id)`` (e.g. to tell the workers)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, fd: int, path: str, on_close=None):
+        self.fd, self.path, self.id = fd, path, next(self._ids)
+        self._finalizer = weakref.finalize(self, _close, fd, self.id, on_close)
+
+    def read(self, span: Span, key: str) -> bytes:
+        return pread(self.fd, span, self.path, key)
+
+
+def _close(fd: int, ident: int, on_close) -> None:
+    os.close(fd)
+    if on_close is not None:
+        on_close(ident)
+
+
+def pread(fd: int, span: Span, path: str, key: str) -> bytes:
+    """The bytes at ``span`` of the open shard ``fd``; DataError when they are not all there."""
+    try:
+        data = os.pread(fd, span.size, span.offset)
+    except OSError as err:
+        raise DataError(f"{path}: sample {key!r}: cannot be read ({err.strerror})") from None
+    if len(data) != span.size:
+        raise DataError(f"{path}: sample {key!r}: the shard ends early (changed since it was "
+                        "read?)")
+    return data
+
+
+def read_lazily(path: str, on_close=None) -> Iterator[Sample]:
+    """The samples of the shard file ``path``, each image a :class:`Span` of a
+    :class:`ShardFile` (``Sample.file``) that stays open while any of its samples lives."""
+    with _open(path, 8192) as f:  # the headers and labels between images, not the images
+        shard = ShardFile(os.dup(f.fileno()), path, on_close)
+        for sample in read(f, path, lazy=True):
+            yield sample._replace(file=shard)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from chainermn_rt.data import manifest as manifest_
-from chainermn_rt.data.shards import DataError, Sample, read_file
+from chainermn_rt.data.shards import DataError, Sample, read_lazily
 from chainermn_rt.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".gif")
@@ -49,6 +49,7 @@ class ShardSource:
 
     def __init__(self, folder: str | os.PathLike, rank: int = 0, size: int = 1, *,
                  train: bool, seed: int = 0, buffer: int = 1000):
+        self.on_close = None  # set by a loader: told when a shard's last sample is gone
         self.folder = staged(folder)
         self.manifest = manifest_.load(self.folder)
         self.rank, self.size, self.train, self.seed, self.buffer = rank, size, train, seed, buffer
@@ -91,7 +92,7 @@ class ShardSource:
     def _chain(self, shards) -> Iterator[Sample]:
         for shard in shards:
             path, n = str(self.folder / shard.name), 0
-            for sample in read_file(path):
+            for sample in read_lazily(path, self.on_close):
                 n += 1
                 yield sample
             if n != shard.count:
@@ -103,7 +104,8 @@ class ShardSource:
         for shard in self.manifest.shards:
             end = first + shard.count
             if end > start and first < stop:
-                for i, sample in enumerate(read_file(str(self.folder / shard.name)), first):
+                samples = read_lazily(str(self.folder / shard.name), self.on_close)
+                for i, sample in enumerate(samples, first):
                     if i >= stop:
                         break
                     if i >= start:
