@@ -21,6 +21,7 @@ from pathlib import Path
 from chainermn_rt.data import manifest as manifest_
 from chainermn_rt.data.shards import DataError, Sample, read_lazily
 from chainermn_rt.errors import UserError
+from chainermn_rt.staging import local_path
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".gif")
 MAX_LIST_BYTES = 1 << 30
@@ -36,11 +37,7 @@ def _draw(seed: int, epoch: int, what: str) -> random.Random:
 
 
 def staged(path: str | os.PathLike) -> Path:
-    """The node-local copy of ``path`` when the job staged it (chainermn_rt.staging)."""
-    try:
-        from chainermn_rt.staging import local_path
-    except ImportError:  # pragma: no cover - staging arrives in its own module
-        return Path(path)
+    """The node-local copy of ``path`` when the job staged it (``render --stage``), else it."""
     return Path(local_path(str(path)))
 
 
