@@ -15,7 +15,7 @@ import subprocess
 import tomllib
 
 import pytest
-from fixtures_docker import MNIST, _run, ch_run, docker_run
+from fixtures_docker import MNIST, _run, ch_run, check_decoders, docker_run
 
 from containers.dockerd import DOCKER
 from containers.versions import load, python_pins
@@ -25,7 +25,7 @@ from conftest import PYTHON, REPO
 pytestmark = pytest.mark.docker
 
 GPU_CHECKS = ("flavor", "mpi", "mpi-cuda", "ucx", "pmix", "nccl", "cupy", "cudnn", "mpi4py",
-              "imports", "versions")
+              "imports", "jpeg", "png", "versions")
 # `pml ucx` on a host with neither an HCA nor a GPU (Open MPI 4.1 refuses it otherwise)
 UCX_ANYWHERE = (("OMPI_MCA_pml", "ucx"), ("OMPI_MCA_pml_ucx_tls", "any"),
                 ("OMPI_MCA_pml_ucx_devices", "any"),
@@ -58,6 +58,12 @@ def test_doctor_passes_inside_the_gpu_image(engine, gpu_image):
     assert checks["cudnn"]["reason"] == f"cuDNN {cudnn} (read from libcudnn.so.8)"
     assert checks["cupy"]["reason"].startswith(f"CuPy {pins['cupy-cuda12x']}, CUDA runtime 12.")
     assert "/opt/openmpi/lib/libmpi.so" in checks["mpi4py"]["reason"]
+    assert checks["jpeg"]["reason"].startswith(
+        "libjpeg-turbo 2.1.5 (/usr/lib/x86_64-linux-gnu/libjpeg.so.62")
+
+
+def test_a_jpeg_and_a_png_decode_inside_the_gpu_image(engine, gpu_image, tmp_path):
+    check_decoders(engine, gpu_image, tmp_path)
 
 
 def test_make_image_doctor_exits_by_the_checks(engine, gpu_image, cpu_image):
@@ -87,7 +93,8 @@ def test_gpu_checks_fail_when_the_image_disagrees_with_versions(engine, gpu_imag
     text = (REPO / "containers/gpu/VERSIONS").read_text()
     for section, name, wrong in (("system", "pmix", "9.9.9"),
                                  ("python", "nvidia-nccl-cu12", "2.1.1"),
-                                 ("python", "nvidia-cudnn-cu12", "8.1.1.1")):
+                                 ("python", "nvidia-cudnn-cu12", "8.1.1.1"),
+                                 ("system", "libjpeg-turbo", "9.9.8")):
         text = text.replace(f'{name} = "{versions[section][name]}"', f'{name} = "{wrong}"')
     # a broken chainermn on the path: the imports check sees it
     (tmp_path / "py").mkdir()
@@ -96,10 +103,11 @@ def test_gpu_checks_fail_when_the_image_disagrees_with_versions(engine, gpu_imag
                          extra=("-e", "PYTHONPATH=/check/py"))
     assert rc == 1
     failed = {n for n, c in checks.items() if c["status"] == "FAIL"}
-    assert failed == {"pmix", "nccl", "cudnn", "imports", "versions"}, checks
+    assert failed == {"pmix", "nccl", "cudnn", "imports", "jpeg", "versions"}, checks
     assert "(want 9.9.9)" in checks["pmix"]["reason"]
     assert "(want 2.1.1)" in checks["nccl"]["reason"]
     assert "(want 8.1.1.1)" in checks["cudnn"]["reason"]
+    assert "libjpeg-turbo 2.1.5 (want 9.9.8)" in checks["jpeg"]["reason"]
     assert "provoked" in checks["imports"]["reason"]
 
 
