@@ -1,37 +1,21 @@
 """Render a Plan into an sbatch script with the Jinja2 templates in slurm/templates/.
 
 Templates format; they decide nothing. Undefined values are errors (StrictUndefined), and
-every value reaches the shell through a quoting filter:
+every value reaches the shell through a quoting filter of :mod:`chainermn_rt.quoting`:
 
-- ``sh``: one shell word (``shlex.quote``); ``shjoin``: an argv as shell words (``shlex.join``);
+- ``sh``: one shell word; ``shjoin``: an argv as shell words;
 - ``directive``: one ``#SBATCH`` value, quoted the way sbatch reads its directives.
-
->>> directive('my "big" run #1')
-'"my \\\\"big\\\\" run \\\\#1"'
 """
 
 from __future__ import annotations
 
-import re
-import shlex
-
 import jinja2
 
 from chainermn_rt.plan import Plan
+from chainermn_rt.quoting import directive, sh, sh_join
 from chainermn_rt.site import data_dir
 
 TEMPLATE = "job.sh.j2"
-_PLAIN = re.compile(r"[A-Za-z0-9_.,:@%/=+-]+\Z")
-
-
-def directive(value: str) -> str:
-    """Quote a ``#SBATCH`` value: sbatch splits on blanks, honours ``"`` and ``\\``, and treats an
-    unescaped ``#`` as the start of a comment. Control characters never get here (the Plan
-    refuses them).
-    """
-    if _PLAIN.match(value):
-        return value
-    return '"' + re.sub(r'([\\"#])', r"\\\1", value) + '"'
 
 
 def environment() -> jinja2.Environment:
@@ -39,7 +23,9 @@ def environment() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(str(data_dir() / "templates")),
         undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,
         trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(sh=shlex.quote, shjoin=shlex.join, directive=directive)
+    env.filters.update(sh=lambda value: sh(value, "the job script"),
+                       shjoin=lambda argv: sh_join(argv, "the job script's command"),
+                       directive=directive)
     return env
 
 

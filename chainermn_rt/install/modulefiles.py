@@ -15,9 +15,10 @@ setenv("CHAINERMN_RT_SITE", "/sw/chainermn-rt/0.1.0-cpu/site.toml")
 
 from __future__ import annotations
 
-import json
-
 from chainermn_rt.install.layout import NAME, Layout
+from chainermn_rt.quoting import comment
+from chainermn_rt.quoting import lua as quote_lua
+from chainermn_rt.quoting import tcl as quote_tcl
 from chainermn_rt.site import SITE_VAR
 
 
@@ -36,36 +37,32 @@ def _help(where: Layout, site: str, image: str | None) -> list[str]:
 
 
 def lua(where: Layout, site: str, image: str | None) -> str:
-    """Lmod's modulefile."""
-    help_text = "\n".join(_help(where, site, image))
+    """Lmod's modulefile; every value a Lua string literal (:func:`chainermn_rt.quoting.lua`)."""
+    help_lines = ",\n     ".join(quote_lua(line + "\n", "the module help")
+                                  for line in _help(where, site, image))
     return "\n".join([
-        f"-- {NAME} {where.module_version}, written by `chainermn-rt install`",
-        f"help([[\n{help_text}\n]])",
-        f'whatis("Name: {NAME}")',
-        f'whatis("Version: {where.module_version}")',
-        f"prepend_path(\"PATH\", {json.dumps(str(where.bin))})",
-        f"setenv(\"{SITE_VAR}\", {json.dumps(str(where.site))})",
+        f"-- {NAME} {comment(where.module_version)}, written by `chainermn-rt install`",
+        f"help({help_lines})",  # Lmod joins the strings
+        f"whatis({quote_lua(f'Name: {NAME}')})",
+        f"whatis({quote_lua(f'Version: {where.module_version}')})",
+        f"prepend_path(\"PATH\", {quote_lua(str(where.bin), '--prefix')})",
+        f"setenv(\"{SITE_VAR}\", {quote_lua(str(where.site), '--prefix')})",
     ]) + "\n"
 
 
-def _tcl_word(value: str) -> str:
-    """A Tcl word in braces: nothing inside is substituted (paths have no braces: checked)."""
-    if any(c in value for c in "{}\\\n"):
-        raise ValueError(f"{value!r}: braces, backslashes and newlines cannot be written")
-    return "{" + value + "}"
-
-
 def tcl(where: Layout, site: str, image: str | None) -> str:
-    """Environment Modules' modulefile (5.x; Lmod reads it too)."""
-    body = "\n".join(f"    puts stderr {_tcl_word(line)}" for line in _help(where, site, image))
+    """Environment Modules' modulefile (5.x; Lmod reads it too); every value one Tcl word
+    (:func:`chainermn_rt.quoting.tcl`)."""
+    body = "\n".join(f"    puts stderr {quote_tcl(line, 'the module help')}"
+                     for line in _help(where, site, image))
     return "\n".join([
         "#%Module1.0",
-        f"## {NAME} {where.module_version}, written by `chainermn-rt install`",
+        f"## {NAME} {comment(where.module_version)}, written by `chainermn-rt install`",
         "proc ModulesHelp { } {",
         body,
         "}",
-        f"module-whatis {_tcl_word(f'{NAME} {where.module_version}')}",
+        f"module-whatis {quote_tcl(f'{NAME} {where.module_version}')}",
         f"conflict {NAME}",
-        f"prepend-path PATH {_tcl_word(str(where.bin))}",
-        f"setenv {SITE_VAR} {_tcl_word(str(where.site))}",
+        f"prepend-path PATH {quote_tcl(str(where.bin), '--prefix')}",
+        f"setenv {SITE_VAR} {quote_tcl(str(where.site), '--prefix')}",
     ]) + "\n"

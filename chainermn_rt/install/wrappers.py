@@ -18,10 +18,9 @@ exec ch-run --set-env -b /data /sw/img -- python3 "$@"
 
 from __future__ import annotations
 
-import shlex
-
 from chainermn_rt.install.layout import NAME
 from chainermn_rt.plan import container_argv
+from chainermn_rt.quoting import comment, sh_join
 from chainermn_rt.site import Container
 
 
@@ -34,13 +33,13 @@ def python(container: Container, image: str | None, venv: str, version: str) -> 
     else:
         argv = (*container_argv(container, container.runtime, image)[0], container.python)
         where = f"{image} ({container.runtime})"
-    return (f"#!/bin/sh\n# {NAME} {version}: python3 in {where}, written by `chainermn-rt "
-            f"install`\nexec {shlex.join(argv)} \"$@\"\n")
+    return (f"#!/bin/sh\n# {NAME} {comment(version)}: python3 in {comment(where)}, written by "
+            f"`chainermn-rt install`\nexec {sh_join(argv, 'the python3 wrapper')} \"$@\"\n")
 
 
 def chainermn_rt(venv: str, version: str) -> str:
     """``chainermn-rt`` from the install's venv, on the host (by ``-m``: the venv was built
     elsewhere and moved, so its scripts' ``#!`` lines name the wrong place)."""
-    argv = shlex.join([f"{venv}/bin/python3", "-m", "chainermn_rt"])
-    return (f"#!/bin/sh\n# {NAME} {version}: the command, on the host, written by "
+    argv = sh_join([f"{venv}/bin/python3", "-m", "chainermn_rt"], "--prefix")
+    return (f"#!/bin/sh\n# {NAME} {comment(version)}: the command, on the host, written by "
             f"`chainermn-rt install`\nexec {argv} \"$@\"\n")

@@ -16,10 +16,10 @@ of the ranks, and ``allreduce_busbw_gbps``.
 
 from __future__ import annotations
 
-import pprint
 import re
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.quoting import comment, directive, python
 from chainermn_rt.site import Partition, Site
 
 SCHEDULERS = ("slurm", "squeue")
@@ -35,13 +35,16 @@ def _name(text: str, what: str) -> str:
 
 
 def _options(options: tuple[tuple[str, str | None], ...]) -> list[str]:
-    return [f"--{key}" if value is None else f"--{key}={value}" for key, value in options]
+    """``#SBATCH`` options as ReFrame writes them (unquoted): each value quoted as the job
+    script's own (:func:`chainermn_rt.quoting.directive`)."""
+    return [f"--{key}" if value is None else f"--{key}={directive(value)}"
+            for key, value in options]
 
 
 def _partition(site: Site, p: Partition, scheduler: str, python: str | None) -> dict:
     access = [f"--partition={p.name}"]
-    access += [f"--{key}={value}" for key, value in (("account", site.account),
-                                                     ("qos", site.qos)) if value]
+    access += _options(tuple((key, value) for key, value in (("account", site.account),
+                                                            ("qos", site.qos)) if value))
     access += _options(site.sbatch) + _options(p.sbatch)
     extras = {"chainermn_rt_site": str(site.path.absolute()), "chainermn_rt_python": python,
               "nodes": p.nodes, "gpus_per_node": p.topology.gpus}
@@ -92,8 +95,10 @@ def configuration(site: Site, scheduler: str, python: str | None) -> dict:
 
 
 def config_text(conf: dict, source: str) -> str:
-    """The configuration as the Python file ReFrame's ``-C`` reads."""
-    return (f"# ReFrame configuration written by `chainermn-rt site reframe` from {source}.\n"
+    """The configuration as the Python file ReFrame's ``-C`` reads: one assignment, every value
+    a Python literal (:func:`chainermn_rt.quoting.python`), ``source`` only in a comment."""
+    return (f"# ReFrame configuration written by `chainermn-rt site reframe` from "
+            f"{comment(source)}.\n"
             "# Run the checks: reframe -C THIS_FILE -c \"$(python3 -m chainermn_rt.reframe."
             "checks_path)\" -r\n"
-            f"site_configuration = {pprint.pformat(conf, width=96, sort_dicts=False)}\n")
+            f"site_configuration = {python(conf, 'the ReFrame configuration')}\n")

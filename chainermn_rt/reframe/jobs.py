@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import Plan
+from chainermn_rt.quoting import sh, sh_join
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,15 @@ class JobFields:
     num_tasks_per_node: int
     num_cpus_per_task: int
     gpus_per_node: int
-    launcher_options: tuple[str, ...]  # after ``srun``, which ReFrame's launcher writes
+    launcher_options: tuple[str, ...]  # after ``srun``, shell words (ReFrame writes them as
+    # they are)
     executable: str  # one shell word list: container argv, rank step, command
     env_vars: dict[str, str]  # values already shell-quoted
 
     def argv(self) -> list[str]:
         """The step's srun line as argv, as the job script runs it."""
-        return ["srun", *self.launcher_options, *shlex.split(self.executable)]
+        return ["srun", *shlex.split(" ".join(self.launcher_options)),
+                *shlex.split(self.executable)]
 
 
 def job_fields(plan: Plan) -> JobFields:
@@ -42,6 +45,6 @@ def job_fields(plan: Plan) -> JobFields:
     return JobFields(
         num_tasks=plan.world_size, num_tasks_per_node=plan.tasks_per_node,
         num_cpus_per_task=plan.cpus_per_task, gpus_per_node=plan.gpus_per_node,
-        launcher_options=plan.launch[1:],
-        executable=shlex.join([*plan.container, *plan.rank_step, *plan.command]),
-        env_vars={name: shlex.quote(value) for name, value in plan.environment})
+        launcher_options=tuple(sh(option, "the srun options") for option in plan.launch[1:]),
+        executable=sh_join([*plan.container, *plan.rank_step, *plan.command], "the command"),
+        env_vars={name: sh(value, name) for name, value in plan.environment})

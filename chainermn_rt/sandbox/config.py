@@ -11,11 +11,11 @@
 
 from __future__ import annotations
 
-import shlex
 import shutil
 
 import jinja2
 
+from chainermn_rt.quoting import sh
 from chainermn_rt.sandbox import netns
 from chainermn_rt.sandbox.settings import SandboxSettings
 from chainermn_rt.site import Site, data_dir
@@ -35,7 +35,7 @@ def node_list(names: list[str]) -> str:
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir() / "sandbox")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    env.filters["sh"] = lambda value: sh(str(value), "a sandbox script")
     return env
 
 

@@ -2,6 +2,8 @@
 
 It writes what Slurm or the nodes answer, each with its source in a comment, and leaves
 ``[container]``, ``[environment]`` and ``[checks]`` as commented stubs for the administrator.
+Every value is a TOML string or key of :mod:`chainermn_rt.quoting`, every comment's text
+passes :func:`chainermn_rt.quoting.comment` (one line, whatever the cluster reported).
 
 >>> from chainermn_rt.rank_contract import Slot
 >>> facts = Facts(name="lab", srun_mpi="pmix", plugins=("none", "pmix"), socket_ifname=None,
@@ -21,10 +23,10 @@ slots = [
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 
+from chainermn_rt.errors import message_value
+from chainermn_rt.quoting import comment, toml, toml_key
 from chainermn_rt.rank_contract import Slot
 from chainermn_rt.site import RUNTIMES
 
@@ -62,11 +64,6 @@ class Facts:
     topologies: tuple[TopologyFacts, ...]
 
 
-def _q(value: str) -> str:
-    """A TOML basic string (JSON's escapes are TOML's)."""
-    return json.dumps(value, ensure_ascii=False)
-
-
 def memory(mb: int) -> str:
     """``2048`` -> ``2G``; ``1000`` -> ``1000M``."""
     return f"{mb // 1024}G" if mb and mb % 1024 == 0 else f"{mb}M"
@@ -77,8 +74,8 @@ def _runtime_stub(facts: Facts) -> list[str]:
         {"ch-run": "charliecloud"}.get(r, r) for r in facts.runtimes if r != "enroot"]
     return [
         "# [container]",
-        f"# runtime = {_q(found[0] if found else 'none')}   # {' | '.join(RUNTIMES)}; found: "
-        f"{', '.join(found) or 'none'}",
+        f"# runtime = {toml(found[0] if found else 'none')}   # "
+        f"{' | '.join(RUNTIMES)}; found: {comment(', '.join(found) or 'none')}",
         "# image = \"/shared/images/chainermn-rt_gpu\"   # `make image`, then `chainermn-rt "
         "install` (docs/install.md)",
         "# binds = [\"/shared:/shared\"]",
@@ -93,38 +90,41 @@ def _runtime_stub(facts: Facts) -> list[str]:
 
 def _slot(slot: Slot, busid: str) -> str:
     gpu = "" if slot.gpu is None else f"gpu = {slot.gpu}, "
-    hcas = ", ".join(_q(h) for h in slot.hcas)
-    line = f"  {{ {gpu}numa = {slot.numa}, cpus = {_q(slot.cpus)}, hcas = [{hcas}] }},"
-    return f"{line}  # {busid}" if busid else line
+    hcas = ", ".join(toml(h, "an HCA's name") for h in slot.hcas)
+    line = (f"  {{ {gpu}numa = {slot.numa}, cpus = {toml(slot.cpus, 'a CPU list')}, "
+            f"hcas = [{hcas}] }},")
+    return f"{line}  # {comment(busid)}" if busid else line
 
 
 def profile_text(facts: Facts, sources: str) -> str:
     """The profile; ``sources``: what was asked, for the header."""
     lines = [
-        f"# Written by `chainermn-rt site init` from {sources}.",
+        f"# Written by `chainermn-rt site init` from {comment(sources)}.",
         "# Review it, fill in the commented tables, then: chainermn-rt site check FILE --live",
-        f"name = {_q(facts.name)}",
-        f"launcher = {_q('srun' if facts.srun_mpi else 'mpirun')}"
-        f"   # srun --mpi=list: {', '.join(facts.plugins) or 'nothing'}",
+        f"name = {toml(facts.name, 'name')}",
+        f"launcher = {toml('srun' if facts.srun_mpi else 'mpirun')}"
+        f"   # srun --mpi=list: {comment(', '.join(facts.plugins) or 'nothing')}",
     ]
     if facts.srun_mpi:
-        lines.append(f"srun_mpi = {_q(facts.srun_mpi)}")
+        lines.append(f"srun_mpi = {toml(facts.srun_mpi, 'srun_mpi')}")
     if facts.socket_ifname:
-        lines.append(f"socket_ifname = {_q(facts.socket_ifname)}"
+        lines.append(f"socket_ifname = {toml(facts.socket_ifname, 'socket_ifname')}"
                      "   # the route to the controller, on the probed node")
     lines += ["", *_runtime_stub(facts)]
     for p in facts.partitions:
-        lines += ["", "[[partitions]]", f"name = {_q(p.name)}   # Nodes={p.node_list}"]
+        where = f"partition {message_value(p.name)}"
+        lines += ["", "[[partitions]]", f"name = {toml(p.name, 'partition')}   # "
+                  f"Nodes={comment(p.node_list)}"]
         if p.default:
             lines.append("default = true")
-        lines += [f"nodes = {p.nodes}", f"max_time = {_q(p.max_time)}",
-                  f"cpus_per_node = {p.cpus}", f"memory = {_q(memory(p.memory_mb))}"]
+        lines += [f"nodes = {p.nodes}", f"max_time = {toml(p.max_time, f'{where}: MaxTime')}",
+                  f"cpus_per_node = {p.cpus}", f"memory = {toml(memory(p.memory_mb))}"]
         if p.gpu_type:
-            lines.append(f"gpu_type = {_q(p.gpu_type)}")
-        lines.append(f"topology = {_q(p.topology)}")
+            lines.append(f"gpu_type = {toml(p.gpu_type, f'{where}: Gres')}")
+        lines.append(f"topology = {toml(p.topology, f'{where}: topology')}")
     for t in facts.topologies:
-        key = t.name if re.fullmatch(r"[A-Za-z0-9_-]+", t.name) else _q(t.name)
-        lines += ["", f"[topology.{key}]  # {t.source}", "slots = ["]
+        key = toml_key(t.name, f"topology {message_value(t.name)}")
+        lines += ["", f"[topology.{key}]  # {comment(t.source)}", "slots = ["]
         lines += [_slot(s, b) for s, b in zip(t.slots, t.busids, strict=True)]
         lines.append("]")
     return "\n".join(lines) + "\n"
