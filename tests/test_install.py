@@ -14,15 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures_install import install
+from fixtures_install import LMOD_INIT, install
 
 from chainermn_rt.install import wrappers
 from chainermn_rt.site import Container, load_site
 
 from conftest import REPO, folder_contents, require_commands
 
-LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
-MODULES_CACHE = REPO / "build" / "environment-modules"
 SANDBOX = REPO / "slurm/sites/sandbox.toml"
 
 
@@ -93,26 +91,6 @@ def test_lmod_loads_swaps_and_unloads(prefix, tmp_path):
     assert "reloaded with a version change" in proc.stderr
     avail = (tmp_path / "avail.out").read_text()
     assert "chainermn-rt/0.1.0-cpu" in avail and "warn" not in avail.lower(), avail
-
-
-@pytest.fixture(scope="session")
-def modulecmd():
-    """Environment Modules 5.2's modulecmd.tcl from Debian's package, unpacked (once) in build/."""
-    require_commands("tclsh", "apt-get", "dpkg")
-    found = MODULES_CACHE / "usr/lib/x86_64-linux-gnu/modulecmd.tcl"
-    if not found.exists():
-        download = MODULES_CACHE.parent / "environment-modules-download"
-        shutil.rmtree(download, ignore_errors=True)
-        download.mkdir(parents=True)
-        proc = subprocess.run(["apt-get", "download", "environment-modules"], cwd=download,
-                              capture_output=True, text=True, timeout=300)
-        debs = list(download.glob("environment-modules_*.deb"))
-        if proc.returncode != 0 or not debs:
-            pytest.fail(f"apt-get download environment-modules: {proc.stderr[-500:]}",
-                        pytrace=False)
-        subprocess.run(["dpkg", "-x", str(debs[0]), str(MODULES_CACHE)], check=True)
-        shutil.rmtree(download)
-    return found
 
 
 def test_environment_modules_loads_refuses_a_second_version_and_unloads(prefix, modulecmd,

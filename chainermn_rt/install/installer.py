@@ -28,13 +28,15 @@ import sys
 import tempfile
 import tomllib
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from chainermn_rt import version
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, message_value
+from chainermn_rt.files import read_small
 from chainermn_rt.install import modulefiles, wrappers
 from chainermn_rt.install.layout import FLAVORS, NAME, Layout
-from chainermn_rt.site import Site, load_site, parse_site
+from chainermn_rt.quoting import comment, toml
+from chainermn_rt.site import MAX_PROFILE_BYTES, Site, load_site, parse_site
 
 # what the host's chainermn-rt imports (render's templates); wheels for the host's Python
 HOST_DEPENDENCIES = ("jinja2", "markupsafe")
@@ -46,6 +48,12 @@ IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (python -m "
                "singularity": (".sif", "a .sif file (make sif)"),
                "pyxis": (".sqsh", "a squashfs file ending in .sqsh (make sqfs)")}
 VERSIONS_IN_IMAGE = Path("opt/chainermn_rt/VERSIONS")
+# what a prefix never holds: PATH's separator, and what Environment Modules expands in MODULEPATH
+PREFIX_NEVER = ":{}[\\$"
+MAX_VERSIONS_BYTES = 1 << 16  # an image's VERSIONS is under 1 KB
+# what an image folder may hold: the rest (FIFOs, sockets, devices) is refused, never read
+_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device file",
+            stat.S_IFBLK: "a device file"}
 
 
 def min_python(spec: str | None = None) -> tuple[int, int]:
@@ -63,8 +71,30 @@ def min_python(spec: str | None = None) -> tuple[int, int]:
     return int(bound.group(1)), int(bound.group(2))
 
 
+def shown(text: str) -> str:
+    """A path for a one-line message, whole: as it is when printable, else the ``repr`` of
+    its bytes (``'/a\\nb'``, ``'/a\\xffb'``)."""
+    return text if text.isprintable() else repr(text.encode("utf-8", "surrogateescape"))[1:]
+
+
+def _path_text(path: Path, flag: str) -> str:
+    """``path`` as text fit for the files an install writes (UTF-8 module files and TOML,
+    ``PATH``), else the UserError naming ``flag``."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag}: {shown(text)} is not UTF-8; allowed: a UTF-8 path (the "
+                        "module files and site.toml are UTF-8 text)") from None
+    if not text.isprintable():
+        raise UserError(f"{flag}: {shown(text)} contains a control character; allowed: a "
+                        "printable path")
+    return text
+
+
 def check_image(runtime: str, image: Path | None) -> Path | None:
-    """The image the profile's runtime can run, or None for runtime none."""
+    """The image the profile's runtime can run, or None for runtime none; a folder holds only
+    folders, files and links this user can read (:func:`_image_entries`)."""
     if runtime == "none":
         if image is not None:
             raise UserError(f"--image: {image}: the profile's runtime is none, which runs no "
@@ -74,38 +104,111 @@ def check_image(runtime: str, image: Path | None) -> Path | None:
     if image is None:
         raise UserError(f"--image: missing; allowed: {phrase}, for the profile's runtime "
                         f"{runtime}")
+    _path_text(image, "--image")
     if not os.access(image, os.R_OK) or not image.exists():
         raise UserError(f"--image: {image} is missing or unreadable; allowed: {phrase}")
     fits = image.is_dir() if kind == "dir" else (image.is_file() and image.suffix == kind)
     if not fits:
         raise UserError(f"--image: {image} is not what runtime {runtime} runs; allowed: {phrase}")
+    if image.is_dir():
+        _image_entries(image)
     return image.absolute()
+
+
+def _image_entries(image: Path) -> None:
+    """Refuse a folder image holding anything but folders, files and links (a FIFO, a socket,
+    a device file: copying would open it, and it may block or act) or an entry this user
+    cannot read; one walk that opens no file and follows no link."""
+    pending = [image]
+    while pending:
+        folder = pending.pop()
+        if not os.access(folder, os.R_OK | os.X_OK):
+            raise UserError(f"--image: {shown(str(folder))} cannot be read by this user;"
+                            " allowed: an image whose every folder and file this user can read")
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                kind = stat.S_IFMT(entry.stat(follow_symlinks=False).st_mode)
+                if kind in _SPECIAL:
+                    raise UserError(f"--image: {shown(entry.path)} is {_SPECIAL[kind]}; "
+                                    "allowed: an image of folders, files and links only (remove "
+                                    "it from the image)")
+                if kind == stat.S_IFDIR:
+                    pending.append(Path(entry.path))
+                elif kind == stat.S_IFREG and not os.access(entry.path, os.R_OK):
+                    raise UserError(f"--image: {shown(entry.path)} cannot be read by "
+                                    "this user; allowed: an image whose every folder and file "
+                                    "this user can read")
 
 
 def image_flavor(image: Path | None, given: str | None) -> str:
     """The flavour written in a folder image's VERSIONS, else ``given`` (default cpu)."""
     found = None
     if image is not None and image.is_dir():
-        try:
-            found = tomllib.loads((image / VERSIONS_IN_IMAGE).read_text()).get("flavor")
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-            raise UserError(f"--image: {image} has no readable /{VERSIONS_IN_IMAGE}; allowed: "
-                            "an image made by `make image`") from None
+        found = _read_versions(image).get("flavor")
     if found and given and found != given:
         raise UserError(f"--flavor: {given}, but {image} is the {found} flavour; allowed: "
                         f"{found}, or leave it out")
     flavor = found or given or "cpu"
     if flavor not in FLAVORS:
-        raise UserError(f"--flavor: {flavor!r}; allowed: {' | '.join(FLAVORS)}")
+        raise UserError(f"--flavor: {message_value(str(flavor))}; allowed: {' | '.join(FLAVORS)}")
     return flavor
 
 
-def check_prefix(prefix: Path) -> Path:
+def _read_versions(image: Path) -> dict:
+    """A folder image's VERSIONS: a regular file of at most MAX_VERSIONS_BYTES, reached through
+    real folders (an image's link names a path inside the image, not on this host)."""
+    path = image / VERSIONS_IN_IMAGE
+    why = "not TOML"
+    try:
+        for above in list(reversed(path.relative_to(image).parents))[1:]:
+            if (image / above).is_symlink():
+                raise ValueError(f"/{above} is a symbolic link")
+        return tomllib.loads(read_small(path, MAX_VERSIONS_BYTES).decode("utf-8"))
+    except OSError as err:
+        why = (err.strerror or "unreadable").lower()
+    except UnicodeDecodeError:
+        why = "not UTF-8"
+    except tomllib.TOMLDecodeError:
+        pass
+    except ValueError as err:  # read_small: a link, a device, a FIFO, too large
+        why = str(err)
+    raise UserError(f"--image: {image} has no readable /{VERSIONS_IN_IMAGE} ({why}); allowed: "
+                    "an image made by `make image`")
+
+
+def check_prefix(prefix: Path, image: Path | None = None) -> Path:
+    """A prefix an install can fill, checked before any work: printable ASCII (Debian 12's Lmod
+    8.6 garbles some bytes of other characters in its record of loaded modules, base64 that
+    does not round-trip, and then cannot unload the module), without ``:`` (it separates
+    ``PATH``'s and ``MODULEPATH``'s entries) nor ``{ } [ \\ $`` (Environment Modules 5 reads
+    them in ``MODULEPATH`` as patterns and variables, and finds no module there), outside
+    ``image``, in a folder where a folder can be made (one is made and removed: ``/proc`` and
+    read-only file systems refuse it)."""
+    text = _path_text(prefix, "--prefix")
+    if not text.isascii():
+        raise UserError(f"--prefix: {text!r} holds characters beyond "
+                        "ASCII; allowed: an ASCII path (Lmod 8.6 garbles others in its record "
+                        "of loaded modules, and cannot unload the module then)")
+    if bad := sorted(set(text) & set(PREFIX_NEVER)):
+        raise UserError(f"--prefix: {text} contains {' '.join(bad)}; allowed: a path without "
+                        f"{' '.join(PREFIX_NEVER)} (':' separates PATH's entries; Environment "
+                        "Modules reads the others in MODULEPATH as patterns and variables)")
     prefix = prefix.absolute()
     existing = next(p for p in (prefix, *prefix.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--prefix: {prefix}: {existing} is not a writable folder; allowed: a "
                         "folder this user may write (new or existing)")
+    if image is not None and image.is_dir():
+        real, inside = prefix.resolve(), image.resolve()
+        if real == inside or inside in real.parents:
+            raise UserError(f"--prefix: {prefix} is inside the image {image}; allowed: a folder "
+                            "outside the image (the image is copied under the prefix)")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=f".{NAME}-probe-"))
+    except OSError as err:
+        raise UserError(f"--prefix: {prefix}: cannot make a folder in {existing} "
+                        f"({(err.strerror or 'refused').lower()}); allowed: a folder this user "
+                        "may write (new or existing)") from None
     return prefix
 
 
@@ -154,8 +257,15 @@ def with_image(text: str, image: str) -> str:
     end = next((i for i in range(header + 1, len(lines)) if re.match(r"\s*\[", lines[i])),
                len(lines))
     body = [line for line in lines[header + 1:end] if not re.match(r"\s*image\s*=", line)]
-    new = f"image = {json.dumps(image)}\n"
+    new = f"image = {toml(image, '--image')}\n"
     return "".join(lines[:header + 1] + [new] + body + lines[end:])
+
+
+def profile_header(site_file: Path, image: Path | None) -> str:
+    """The installed site.toml's first line: a comment naming where it came from."""
+    return (f"# Installed by `chainermn-rt install` from {comment(str(site_file.absolute()))}"
+            + (f"; container.image is this install's copy of {comment(str(image))}"
+               if image else "") + ".\n")
 
 
 def tree_sha256(path: Path) -> str:
@@ -168,10 +278,10 @@ def tree_sha256(path: Path) -> str:
         return digest.hexdigest()
     for entry in sorted(path.rglob("*")):
         info = entry.lstat()
-        digest.update(f"{entry.relative_to(path)}\0{stat.S_IFMT(info.st_mode)}\0"
+        digest.update(os.fsencode(entry.relative_to(path)) + f"\0{stat.S_IFMT(info.st_mode)}\0"
                       f"{stat.S_IMODE(info.st_mode) & 0o555:o}\0".encode())
         if entry.is_symlink():
-            digest.update(os.readlink(entry).encode())
+            digest.update(os.fsencode(os.readlink(entry)))
         elif entry.is_file():
             digest.update(tree_sha256(entry).encode())
     return digest.hexdigest()
@@ -192,16 +302,36 @@ def _writable(path: Path) -> None:
             entry.chmod(stat.S_IMODE(entry.lstat().st_mode) | 0o200)
 
 
-def _bind_targets(site: Site, image: Path) -> list[str]:
-    """Charliecloud binds only onto folders the image has: make each bind's target."""
-    made = []
+def bind_targets(site: Site, image: Path) -> list[str]:
+    """The Charliecloud bind targets ``image`` lacks (ch-run binds only onto folders the image
+    has), to be made in the copy. Refused: a target through a link in the image (what it names
+    is a path inside the image, not here: making it could make a folder anywhere), below a
+    file, or with a ``..``."""
+    missing = []
     for bind in site.container.binds:
         src, _, rest = bind.partition(":")
-        target = (rest.partition(":")[0] or src).lstrip("/")
-        if target and not (image / target).exists():
-            (image / target).mkdir(parents=True)
-            made.append("/" + target)
-    return made
+        target = rest.partition(":")[0] or src
+        parts = PurePosixPath(target).parts
+        parts = parts[1:] if parts[:1] == ("/",) else parts
+        field = f"{site.path}: container.binds: {shown(bind)}"
+        if ".." in parts:
+            raise UserError(f"{field}: its target holds '..'; allowed: a target path without "
+                            "'..'")
+        here = image
+        for i, part in enumerate(parts):
+            here = here / part
+            if here.is_symlink():
+                raise UserError(f"{field}: its target goes through /{'/'.join(parts[:i + 1])}, "
+                                f"a symbolic link in the image {image}; allowed: targets whose "
+                                "folders in the image are real folders")
+            if not here.exists():
+                missing.append("/" + "/".join(parts))
+                break
+            if not here.is_dir():
+                raise UserError(f"{field}: its target goes through /{'/'.join(parts[:i + 1])}, "
+                                f"a file in the image {image}; allowed: targets that are "
+                                "folders in the image, or new ones")
+    return missing
 
 
 def _venv(python: str, home: Path, wheels: Path, system_site: bool) -> None:
@@ -235,14 +365,17 @@ def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
     site = load_site(site_file, "--site")
     runtime = site.container.runtime
     image = check_image(runtime, image)
-    where = Layout(check_prefix(prefix), version(), image_flavor(image, flavor))
+    where = Layout(check_prefix(prefix, image), version(), image_flavor(image, flavor))
+    binds = runtime == "charliecloud" and image is not None and image.is_dir()
+    if binds:
+        bind_targets(site, image)
     for path in (where.home, where.lua, where.tcl):
         if path.exists() or path.is_symlink():
             raise UserError(f"--prefix: {NAME} {where.module_version} is already installed "
                             f"there ({path}); allowed: another prefix, or remove that version")
     check_wheels(wheels)
     check_python(python)
-    text = site_file.read_text(encoding="utf-8")
+    text = read_small(site_file, MAX_PROFILE_BYTES, follow_links=True).decode("utf-8")
     image_path = str(where.image(image.name)) if image else None
     if image_path:
         try:
@@ -272,17 +405,16 @@ def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
             copy.parent.mkdir()
             if image.is_dir():
                 shutil.copytree(image, copy, symlinks=True)
-                made = _bind_targets(site, copy) if runtime == "charliecloud" else []
+                made = bind_targets(site, copy) if binds else []  # checked again, on the copy
+                for target in made:
+                    (copy / target.lstrip("/")).mkdir(parents=True)
             else:
                 shutil.copy2(image, copy)
                 made = []
             _read_only(copy)
             manifest["image"] = {"source": str(image), "path": image_path,
                                  "sha256": tree_sha256(copy), "bind_targets_made": made}
-        (stage.home / "site.toml").write_text(
-            f"# Installed by `chainermn-rt install` from {site_file.absolute()}"
-            + (f"; container.image is this install's copy of {image}" if image else "")
-            + ".\n" + text)
+        (stage.home / "site.toml").write_text(profile_header(site_file, image) + text)
         _venv(python, stage.home, wheels, system_site=runtime == "none")
         py = wrappers.python(site.container, image_path, str(where.venv), where.module_version)
         if py is not None:
