@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,7 @@ def test_any_image_folder_is_copied_exactly_or_refused_naming_what_it_holds(tmp_
 # -- accepted hostile names, through the real module systems ------------------------------------
 PREFIX = "sw]] \"q\" 's #;`(x)&|~%*?!^=,@ end"  # all install lets a prefix hold, and more
 IMAGE = "img]] {$HOME} [exit 3] \\ \"q\" 's é\U0001f600 ;`x`"
+PROFILE = "ch\n[environment]\nLD_PRELOAD = \"x.so\"\n.toml"  # named in site.toml's header
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +217,7 @@ def hostile(wheels, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
     image = fake_image(tmp / IMAGE)
     prefix = tmp / PREFIX
-    proc = install(wheels, "--site", str(charliecloud_profile(tmp / "ch.toml")), "--image",
+    proc = install(wheels, "--site", str(charliecloud_profile(tmp / PROFILE)), "--image",
                    str(image), "--prefix", str(prefix))
     assert proc.returncode == 0, proc.stderr
     stubs = tmp / "stubs"
@@ -285,6 +287,12 @@ def test_the_installed_profile_and_manifest_name_the_copy(hostile):
     assert (manifest["image"]["source"], manifest["image"]["path"]) == (str(hostile["image"]),
                                                                         str(copy))
     assert manifest["image"]["sha256"] == installer.tree_sha256(copy)
-    first = (hostile["home"] / "site.toml").read_text().splitlines()[0]
-    assert first.startswith("# Installed by `chainermn-rt install` from ")
+    text = (hostile["home"] / "site.toml").read_text()
+    assert text.splitlines()[0] == (
+        f"# Installed by `chainermn-rt install` from {hostile['tmp']}/ch\\n[environment]\\n"
+        f"LD_PRELOAD = \"x.so\"\\n.toml; container.image is this install's copy of "
+        f"{str(hostile['image']).replace(chr(92), chr(92) * 2)}.")  # a backslash doubled
+    want = tomllib.loads((hostile["tmp"] / PROFILE).read_text())
+    want["container"]["image"] = str(copy)
+    assert tomllib.loads(text) == want  # no key or table added
     assert subprocess.run(["sh", "-n", str(hostile["home"] / "bin/python3")]).returncode == 0

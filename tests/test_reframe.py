@@ -4,6 +4,7 @@ tests/test_reframe_sandbox.py runs the checks on the sandbox."""
 
 from __future__ import annotations
 
+import ast
 import shlex
 import subprocess
 import sys
@@ -105,3 +106,21 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, args, status, line)
     assert (proc.returncode, proc.stderr) == (status, f"chainermn-rt site: error: {expected}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exists.py"]
     assert (tmp_path / "exists.py").read_text() == "kept"
+
+
+def test_a_profile_path_with_python_in_it_stays_a_value(tmp_path):
+    """A --site path holding newlines and code: one assignment, the path in it intact, the
+    header's comment one line (the path escaped)."""
+    site_file = tmp_path / "x\nimport os; os._exit(3)\n'''.toml"
+    site_file.write_text((REPO / "slurm/sites/dgx-h100.toml").read_text())
+    config = tmp_path / "config.py"
+    proc = cli("site", "reframe", "--site", site_file, "--output", config, "--scheduler", "slurm")
+    assert proc.returncode == 0, proc.stderr
+    text = config.read_text()
+    tree = ast.parse(text)
+    assert [type(s) for s in tree.body] == [ast.Assign]
+    conf = ast.literal_eval(tree.body[0].value)
+    assert conf["systems"][0]["partitions"][0]["extras"]["chainermn_rt_site"] == str(site_file)
+    assert text.splitlines()[0] == ("# ReFrame configuration written by `chainermn-rt site "
+                                    f"reframe` from {tmp_path}/x\\nimport os; os._exit(3)\\n"
+                                    "'''.toml.")
