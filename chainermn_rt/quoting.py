@@ -34,12 +34,21 @@ from chainermn_rt.errors import UserError, message_value
 _NOT_UTF8 = "is not UTF-8 text (it holds bytes no UTF-8 character has); allowed: UTF-8 text"
 
 
+def _not_utf8(value: str, field: str) -> UserError:
+    """The error for ``value``, shown as its bytes (``'caf\\xe9'``) where it can be."""
+    try:
+        shown = repr(value[:80].encode("utf-8", "surrogateescape"))[1:]
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        shown = message_value(value, quote=True)
+    return UserError(f"{field}: {shown}{'...' if len(value) > 80 else ''} {_NOT_UTF8}")
+
+
 def _utf8(value: str, field: str) -> str:
     """``value`` when it encodes to UTF-8 (no surrogates), else the UserError."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise UserError(f"{field}: {message_value(value, quote=True)} {_NOT_UTF8}") from None
+        raise _not_utf8(value, field) from None
     return value
 
 
@@ -66,8 +75,7 @@ def lua(value: str, field: str = "a Lua string") -> str:
             try:
                 data = ch.encode("utf-8", "surrogateescape")
             except UnicodeEncodeError:  # a surrogate no byte stands for
-                raise UserError(f"{field}: {message_value(value, quote=True)} "
-                                f"{_NOT_UTF8}") from None
+                raise _not_utf8(value, field) from None
             out.append("".join(f"\\{b:03d}" for b in data))
     return '"' + "".join(out) + '"'
 
