@@ -313,7 +313,7 @@ def bind_targets(site: Site, image: Path) -> list[str]:
         target = rest.partition(":")[0] or src
         parts = PurePosixPath(target).parts
         parts = parts[1:] if parts[:1] == ("/",) else parts
-        field = f"{site.path}: container.binds: {shown(bind)}"
+        field = f"{shown(str(site.path))}: container.binds: {shown(bind)}"
         if ".." in parts:
             raise UserError(f"{field}: its target holds '..'; allowed: a target path without "
                             "'..'")
@@ -381,13 +381,14 @@ def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
         try:
             text = with_image(text, image_path)
         except ValueError:
-            raise UserError(f"--site: {site_file}: container.image cannot be set (no "
+            raise UserError(f"--site: {shown(str(site_file))}: container.image cannot be set (no "
                             "[container] table); allowed: a profile with a [container] "
                             "table") from None
         if parse_site(tomllib.loads(text), site_file) != replace(
                 site, container=replace(site.container, image=image_path)):
-            raise UserError(f"--site: {site_file}: container.image cannot be set in its text; "
-                            "allowed: image = \"...\" as a line of the [container] table")
+            raise UserError(f"--site: {shown(str(site_file))}: container.image cannot be set in "
+                            "its text; allowed: image = \"...\" as a line of the [container] "
+                            "table")
 
     where.prefix.mkdir(parents=True, exist_ok=True)
     stage_dir = Path(tempfile.mkdtemp(prefix=f".{NAME}-install-", dir=where.prefix))
