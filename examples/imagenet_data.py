@@ -22,7 +22,7 @@ import chainer.functions as F
 import numpy
 from chainer.training import extension
 
-from chainermn_rt.data.loader import Loader, default_workers, to_device
+from chainermn_rt.data.batch import to_device
 from chainermn_rt.data.manifest import NAME as MANIFEST
 from chainermn_rt.data.sources import FileSource, ShardSource, staged
 from chainermn_rt.data.transforms import CentreCrop, TrainCrop
@@ -39,6 +39,9 @@ def source(path: str, comm, args, train: bool):
 
 def loaders(args, comm):
     """(training Loader, validation Loader, class count) of ``--train`` and ``--val``."""
+    # here, not at the top: --synthetic runs where the decoder's libjpeg is missing
+    from chainermn_rt.data.loader import Loader, default_workers
+
     if not (args.train and args.val):
         raise UserError("--train and --val are required without --synthetic")
     workers = default_workers() if args.workers is None else args.workers
@@ -62,7 +65,7 @@ class ExactEvaluator(extension.Extension):
     priority = extension.PRIORITY_WRITER
     name = "validation"
 
-    def __init__(self, loader: Loader, model, comm, device):
+    def __init__(self, loader, model, comm, device):
         self.loader, self.model, self.comm, self.device = loader, model, comm, device
 
     def __call__(self, trainer=None) -> dict[str, float]:
@@ -90,7 +93,7 @@ class DataRate(extension.Extension):
 
     priority = extension.PRIORITY_WRITER
 
-    def __init__(self, loader: Loader, comm, batch_images: int):
+    def __init__(self, loader, comm, batch_images: int):
         self.loader, self.comm, self.batch_images = loader, comm, batch_images
 
     def _now(self, trainer) -> tuple[float, float, int]:

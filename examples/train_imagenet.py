@@ -34,7 +34,7 @@ from imagenet_data import DataRate, ExactEvaluator, SyntheticImages, loaders
 from models import ResNet50
 
 import chainermn_rt
-from chainermn_rt.data.loader import to_device
+from chainermn_rt.data.batch import to_device
 
 
 def synthetic(args, comm):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_check
+from bench import offline_wheels as offline_wheels_module
 
 from conftest import PYTHON, REPO, require_commands
 
@@ -58,18 +58,11 @@ def offline_wheels(tmp_path_factory) -> Path:
 
 
 def _python312() -> str:
-    """A Python 3.12 that runs: pyenv's, else python3.12 on PATH (not pyenv's shim)."""
-    candidates = sorted(str(p) for p in Path("~/.pyenv/versions").expanduser().glob(
-        "3.12.*/bin/python3.12")) + [shutil.which("python3.12") or "python3.12"]
-    for candidate in candidates:
-        try:
-            subprocess.run([candidate, "-c", "import venv"], capture_output=True, check=True,
-                           timeout=60)
-            return candidate
-        except (OSError, subprocess.CalledProcessError):
-            continue
-    pytest.fail("no Python 3.12 here (pyenv's or python3.12 on PATH): the rehearsal needs the "
-                "GPU machine's Python", pytrace=False)
+    """A Python 3.12 that runs (the GPU machine's version)."""
+    try:
+        return offline_wheels_module.python_of("3.12")
+    except SystemExit as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="module")

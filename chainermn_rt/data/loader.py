@@ -1,5 +1,5 @@
 """Batches of decoded images for Chainer's trainer: a rank's samples (``sources``) decoded by
-worker processes into shared memory, handed over as uint8; :func:`to_device` makes them
+worker processes into shared memory, handed over as uint8; ``batch.to_device`` makes them
 float32 NCHW, normalised, on the device (so 150 KB cross to a GPU per image, not 602 KB).
 
     train = Loader(ShardSource(path, comm.rank, comm.size, train=True), 32, TrainCrop())
@@ -25,15 +25,14 @@ import subprocess
 import sys
 import time
 import weakref
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import chainer
 import numpy
 
 from chainermn_rt.data import jpeg, worker
+from chainermn_rt.data.batch import Batch
 from chainermn_rt.data.shards import DataError
-from chainermn_rt.data.transforms import MEAN, STD
 
 POLL_S = 0.5  # how often a wait for a worker checks that it still lives
 
@@ -41,32 +40,6 @@ POLL_S = 0.5  # how often a wait for a worker checks that it still lives
 def default_workers() -> int:
     """The rank's CPUs (its slot's binding) less one for the trainer."""
     return max(0, len(os.sched_getaffinity(0)) - 1)
-
-
-@dataclass(frozen=True)
-class Batch:
-    images: numpy.ndarray  # (n, H, W, 3) uint8; shared memory, valid until the next batch
-    labels: numpy.ndarray  # (n,) int32
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-
-@chainer.dataset.converter()
-def to_device(batch, device=None):
-    """(images as float32 NCHW, normalised with ImageNet's mean and deviation; labels), both
-    on ``device``: the conversion runs there. ``batch``: a :class:`Batch`, or a list of
-    (uint8 HWC image, label) pairs (a Chainer dataset's)."""
-    if not isinstance(batch, Batch):
-        batch = Batch(numpy.stack([b[0] for b in batch]),
-                      numpy.asarray([b[1] for b in batch], numpy.int32))
-    xp = device.xp if device is not None else numpy
-    images = device.send(batch.images) if device is not None else batch.images
-    labels = device.send(batch.labels) if device is not None else batch.labels
-    mean = xp.asarray(MEAN, xp.float32).reshape(1, 3, 1, 1)
-    scale = xp.asarray([1 / s for s in STD], xp.float32).reshape(1, 3, 1, 1)
-    x = images.transpose(0, 3, 1, 2).astype(xp.float32)
-    return (x - mean) * scale, labels
 
 
 class _Job(NamedTuple):
