@@ -28,6 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("out", metavar="OUT", type=Path, help="the folder to write (new)")
     synth.add_argument("--classes", type=integer(1, 1000), default=10)
     synth.add_argument("--per-class", type=integer(1, 10**5), default=50)
+    synth.add_argument("--first", type=integer(0, 10**9), default=0,
+                       help="number of each class's first image: other numbers, other images "
+                       "(e.g. a validation set)")
     pack = actions.add_parser(
         "pack", help="images (a class-folder tree or a PATH LABEL list) into tar shards with a "
         "manifest, for loaders that read each rank's own shards")
@@ -78,7 +81,7 @@ def _synth(args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", dir=args.out.parent))
     try:
-        files = synthetic.tree(partial, args.classes, args.per_class)
+        files = synthetic.tree(partial, args.classes, args.per_class, first=args.first)
         partial.rename(args.out)  # whole or not at all
     except BaseException:
         shutil.rmtree(partial)

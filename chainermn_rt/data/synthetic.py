@@ -51,13 +51,14 @@ def image(label: int, index: int, size: tuple[int, int] = (500, 375), quality: i
     return out.getvalue()
 
 
-def tree(root: Path, classes: int, per_class: int, sizes=SIZES) -> list[Path]:
-    """A class-folder tree ``root/c<NNN>/<class>_<i>.JPEG`` (ImageNet's layout); its files."""
+def tree(root: Path, classes: int, per_class: int, sizes=SIZES, first: int = 0) -> list[Path]:
+    """A class-folder tree ``root/c<NNN>/<class>_<i>.JPEG`` (ImageNet's layout), images
+    ``first`` .. ``first + per_class - 1`` of each class; its files."""
     files = []
     for label in range(classes):
         folder = Path(root) / f"c{label:03d}"
         folder.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
+        for i in range(first, first + per_class):
             path = folder / f"c{label:03d}_{i}.JPEG"
             path.write_bytes(image(label, i, sizes[(label + i) % len(sizes)]))
             files.append(path)
