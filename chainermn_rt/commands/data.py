@@ -46,7 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     pack.add_argument("--quality", type=integer(1, 100), default=90,
                       help="JPEG quality of re-encoded images (default: %(default)s)")
     pack.add_argument("--workers", type=integer(1, 1024), default=None,
-                      help="processes building shards (default: this machine's CPUs)")
+                      help="shards built at once, one thread each (default: this machine's CPUs)")
     pack.add_argument("--strict", action="store_true",
                       help="stop on the first pass's problems (exit 2, nothing written) "
                       "instead of skipping and listing the files")

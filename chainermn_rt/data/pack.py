@@ -1,7 +1,7 @@
 """``chainermn-rt data pack SRC OUT``: a class-folder tree or ``PATH LABEL`` list of images into
 tar shards (``shards``' layout) with a ``manifest.json``.
 
-Samples are shuffled (``seed``) and dealt into shards of ``shard_size``, which worker processes
+Samples are shuffled (``seed``) and dealt into shards of ``shard_size``, which worker threads
 build in parallel under ``OUT/.partial/``; a shard finished there is kept, so running the same
 command again after an interruption resumes. Only when every shard is done do they move into
 ``OUT`` and the manifest is written, last: a folder with a manifest is complete.
@@ -16,13 +16,16 @@ exit status 2, and leaves nothing.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import io
 import json
 import os
+import queue
 import random
 import shutil
 import stat
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from chainermn_rt.data import jpeg
 from chainermn_rt.data import manifest as manifest_
-from chainermn_rt.data.shards import END, MAX_KEY_BYTES, member
+from chainermn_rt.data.shards import END, MAX_KEY_BYTES, member_parts
 from chainermn_rt.data.sources import IMAGE_SUFFIXES, parse_list
 from chainermn_rt.errors import UserError
 from chainermn_rt.files import write_atomically
@@ -213,32 +216,74 @@ def build_shard(task: tuple[int, list[Item], str, Options]) -> dict:
     index, items, partial, options = task
     name = manifest_.shard_name(index)
     path = os.path.join(partial, name)
-    digest, size, count, problems = hashlib.sha256(), 0, 0, []
-    with open(path + ".tmp", "wb") as out:
-        for item in items:
-            try:
-                data = check_image(_read(item.path), options)
-            except (OSError, ValueError) as err:
-                why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-                problems.append((item.path, why))
-                continue
-            for chunk in (member(f"{item.key}.jpg", data),
-                          member(f"{item.key}.cls", str(item.label).encode())):
-                out.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
-            count += 1
-        out.write(END)
-        digest.update(END)
-        size += len(END)
-    record = {"index": index, "name": name, "count": count, "bytes": size,
-              "sha256": digest.hexdigest(), "problems": problems}
+    count, problems = 0, []
+    with open(path + ".tmp", "wb") as f:
+        out = _HashingWriter(f)
+        try:
+            for item in items:
+                try:
+                    data = check_image(_read(item.path), options)
+                except (OSError, ValueError) as err:
+                    why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+                    problems.append((item.path, why))
+                    continue
+                out.write(*member_parts(f"{item.key}.jpg", data),
+                          *member_parts(f"{item.key}.cls", str(item.label).encode()))
+                count += 1
+            out.write(END)
+        finally:
+            out.close()
+    record = {"index": index, "name": name, "count": count, "bytes": out.size,
+              "sha256": out.digest.hexdigest(), "problems": problems}
     if count:
         os.replace(path + ".tmp", path)
     else:
         os.unlink(path + ".tmp")
     write_atomically(Path(path + ".json"), lambda f: json.dump(record, f))
     return record
+
+
+class _HashingWriter:
+    """Writes chunks to ``f`` and hashes them (sha256), each on a thread of its own: both
+    release the GIL, so they overlap each other and the reading of the next image."""
+
+    def __init__(self, f):
+        self.f, self.digest, self.size, self.error = f, hashlib.sha256(), 0, None
+        self.queues: tuple[queue.Queue, queue.Queue] = (queue.Queue(64), queue.Queue(64))
+        self.threads = [threading.Thread(target=self._run, args=(q, work), daemon=True,
+                                         name=f"pack-{name}")
+                        for q, work, name in zip(self.queues, (self._write, self.digest.update),
+                                                 ("writer", "hasher"), strict=True)]
+        for thread in self.threads:
+            thread.start()
+
+    def write(self, *chunks: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        for q in self.queues:
+            q.put(chunks)
+
+    def close(self) -> None:
+        for q in self.queues:
+            q.put(None)
+        for thread in self.threads:
+            thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def _write(self, chunk: bytes) -> None:
+        self.f.write(chunk)
+        self.size += len(chunk)
+
+    def _run(self, q: queue.Queue, work) -> None:
+        while (chunks := q.get()) is not None:
+            if self.error is not None:
+                continue  # drain: the pack stops at the next write() or close()
+            try:
+                for chunk in chunks:
+                    work(chunk)
+            except OSError as err:
+                self.error = err
 
 
 def _done_before(partial: Path, index: int) -> dict | None:
@@ -328,13 +373,21 @@ def pack(src: str, out: str, options: Options, workers: int = 1,
 
 
 def _run(todo: list, workers: int):
+    """Build the shards of ``todo``, ``workers`` at a time, as each finishes. Threads, not
+    processes: reading, writing, hashing and the codecs release the GIL, and a process pool
+    would import the calling program again (a script without a ``__main__`` guard, stdin)."""
     if workers <= 1 or len(todo) == 1:
         yield from map(build_shard, todo)
         return
-    import multiprocessing
-
-    with multiprocessing.get_context("forkserver").Pool(min(workers, len(todo))) as pool:
-        yield from pool.imap_unordered(build_shard, todo)
+    with concurrent.futures.ThreadPoolExecutor(min(workers, len(todo)),
+                                               thread_name_prefix="pack") as pool:
+        futures = [pool.submit(build_shard, task) for task in todo]
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def _finish(out_path: Path, partial: Path, p: Plan, records: dict, problems, options: Options,

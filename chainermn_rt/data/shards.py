@@ -58,6 +58,11 @@ def split_name(name: str) -> tuple[str, str] | None:
 def member(name: str, data: bytes) -> bytes:
     """One ustar member: header, ``data``, padding to a whole block (mode 0644, owner 0,
     time 0: the bytes depend on the name and data alone)."""
+    return b"".join(member_parts(name, data))
+
+
+def member_parts(name: str, data: bytes) -> tuple[bytes, bytes, bytes]:
+    """:func:`member` as (header, data, padding): written one after the other, not joined."""
     raw = name.encode("utf-8", "surrogateescape")
     prefix = b""
     if len(raw) > 100:  # ustar: prefix (155) + "/" + name (100)
@@ -77,7 +82,7 @@ def member(name: str, data: bytes) -> bytes:
     header[257:265] = b"ustar\x0000"
     header[345:345 + len(prefix)] = prefix
     header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header) + data + bytes(-len(data) % BLOCK)
+    return bytes(header), data, bytes(-len(data) % BLOCK)
 
 
 def _number(field: bytes) -> int:
