@@ -207,6 +207,37 @@ def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charl
 
 
 @pytest.mark.slurm
+def test_two_nodes_two_ranks_train_resnet50_on_jpegs_in_charliecloud_on_the_sandbox(
+        sandbox, charliecloud_dir, tmp_path):
+    """ImageNet's layout inside the cpu image: a class-folder tree of JPEGs decoded by the
+    image's libjpeg-turbo, 4 ranks on 2 nodes, every validation image counted once."""
+    from chainermn_rt.data import synthetic
+    from chainermn_rt.plan import Request, make_plan
+    from chainermn_rt.site import load_site
+
+    sizes = [(w // 5, h // 5) for w, h in synthetic.SIZES]
+    synthetic.tree(tmp_path / "train", classes=3, per_class=4, sizes=sizes)
+    synthetic.tree(tmp_path / "val", classes=3, per_class=2, sizes=sizes, first=100)
+    site = charliecloud_site(sandbox, charliecloud_dir, tmp_path)
+    plan = make_plan(load_site(site), Request(
+        nodes=2, partition="cpu", job_name="ch-imagenet", time="10",
+        env=(("OMP_NUM_THREADS", "1"), ("USER", "root")),
+        command=("sh", "-c", 'test -f /opt/chainermn_rt/VERSIONS && exec python "$@"', "rank",
+                 "/mnt/train_imagenet.py", "--train", str(tmp_path / "train"), "--val",
+                 str(tmp_path / "val"), "--n-class", "3", "--insize", "32", "--val-resize",
+                 "36", "--batchsize", "2", "--iterations", "2", "--log-every", "2",
+                 "--workers", "0", "--no-progress", "--out", str(tmp_path / "result"))))
+    cluster = Cluster(load_site(site), sandbox.slurm)
+    job, state, _, text = cluster.run(tmp_path / "job.sh", plan, started=STARTED, timeout=900)
+    assert tuple(state) == ("COMPLETED", 0), f"job {job}: {state}\n{text[-3000:]}"
+    digests = re.findall(r"rank (\d) parameters sha256 (\w+)", text)
+    assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], text[-3000:]
+    assert len({d for _, d in digests}) == 1, text[-3000:]
+    log = json.loads((tmp_path / "result" / "log").read_text())
+    assert [e["validation/images"] for e in log] == [6]
+
+
+@pytest.mark.slurm
 def test_in_charliecloud_a_failing_rank_ends_the_job_and_the_time_limit_requeues_exactly(
         sandbox, charliecloud_dir, tmp_path):
     """Across the container boundary: a rank's exception aborts the job; the batch shell on the
