@@ -1,10 +1,13 @@
 """Training data at the paper's scale: ImageNet-style JPEGs packed into tar shards, staged to
-node-local storage, decoded by worker processes at the core's limit.
+node-local storage, decoded by worker processes at the core's limit (docs/data.md).
 
-- ``jpeg``: the decoder (libjpeg-turbo; only the crop's region, DCT-scaled, resized in C);
-- ``transforms``: the standard ImageNet recipe's boxes, deterministic per sample and epoch;
-- ``manifest``, ``shards``: the WebDataset layout (``<key>.jpg`` + ``<key>.cls``) and its
-  manifest; each rank reads only its own shards;
-- ``pack``: ``chainermn-rt data pack`` (a class-folder tree or list file to shards);
-- ``loader``: batches of uint8 images from worker processes, normalised on the device.
+- ``jpeg``: the decoder (``_jpeg.c`` over libjpeg-turbo: only the crop's region, DCT-scaled,
+  resized and mirrored in C);
+- ``transforms``: the standard ImageNet recipe's boxes, drawn from key, epoch and seed;
+- ``shards``, ``manifest``: the WebDataset layout (``<key>.jpg`` + ``<key>.cls``) and its
+  manifest; ``sources``: what each rank reads per epoch;
+- ``loader``, ``worker``, ``batch``: batches of uint8 images from worker processes, and the
+  converter that normalises them on the device;
+- ``pack``, ``stage``, ``synthetic``: ``chainermn-rt data pack``, ``data stage`` (node-local
+  copies, docs/staging.md), ``data synth`` (made-up JPEGs).
 """
