@@ -26,9 +26,6 @@ from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import UserError
 
-# the values of JobEnvironment.launcher
-DETECTED_LAUNCHERS = ("slurm", "openmpi", "pmix", "hydra", "intelmpi", "none")
-
 
 class LauncherMismatch(RuntimeError):
     """The launcher's variables and MPI disagree about this rank (launcher/MPI mismatch)."""
@@ -39,7 +36,7 @@ class JobEnvironment:
     """This process's place in the job, as the launcher describes it. None: the launcher does not
     say (:func:`check_against_mpi` fills it in)."""
 
-    launcher: str
+    launcher: str  # slurm, openmpi, pmix, hydra, intelmpi or none
     global_rank: int
     world_size: int | None
     local_rank: int | None
