@@ -253,17 +253,38 @@ def test_an_uncaught_exception_in_a_thread_aborts(hook, monkeypatch, capsys):
     assert "failed in thread 'loader': ZeroDivisionError" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("everywhere, shown", [(False, True), (True, False)])
+@pytest.mark.parametrize("everywhere", [False, True])
 def test_a_user_error_is_one_line_and_aborts_with_status_2(hook, monkeypatch, capsys,
-                                                           everywhere, shown):
+                                                           everywhere):
     from chainermn_rt.snapshots import SnapshotError
 
-    world = _fake_mpi(monkeypatch)  # rank 1: prints an error every rank raised only on rank 0
+    world = _fake_mpi(monkeypatch)  # rank 1
+    slept = []
+    monkeypatch.setattr(abort_on_error, "EVERYWHERE_WAIT_S", 0.05)
+    monkeypatch.setattr(abort_on_error.time, "sleep", slept.append)
     error = SnapshotError("resume: snapshot x: manifest.json: missing", everywhere=everywhere)
     sys.excepthook(SnapshotError, error, None)
     err = capsys.readouterr().err
     assert world.aborted == [2] and hook == []  # no traceback
-    assert ("chainermn-rt: error: resume: snapshot x: manifest.json: missing" in err) is shown
+    # an error every rank raised: rank 1 leaves the line and the abort to rank 0, and does
+    # both itself only when rank 0 has not ended the job in EVERYWHERE_WAIT_S (here it cannot)
+    assert bool(slept) is everywhere
+    assert err == "chainermn-rt: error: resume: snapshot x: manifest.json: missing\n"
+
+
+@pytest.mark.mpi
+def test_a_user_error_every_rank_raises_is_printed_once_even_when_rank_0_is_last():
+    """Rank 1 raises at once, rank 0 two seconds later: rank 1 must not abort the job before
+    rank 0 has printed the line."""
+    code = ("import sys, time; from mpi4py import MPI; from chainermn_rt import abort_on_error; "
+            "from chainermn_rt.errors import UserError; abort_on_error.install(); "
+            "time.sleep(2 if MPI.COMM_WORLD.Get_rank() == 0 else 0); "
+            "raise UserError('--n-class: 2; allowed: at least 3', everywhere=True)")
+    proc = subprocess.run(mpirun_argv(2) + [PYTHON, "-c", code], env=_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "chainermn-rt" in line] == [
+        "chainermn-rt: error: --n-class: 2; allowed: at least 3"], proc.stderr
 
 
 @pytest.mark.mpi

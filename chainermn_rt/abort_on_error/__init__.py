@@ -9,7 +9,8 @@ more than one rank:
   the hook before it still runs first (the traceback is printed as usual; a
   :class:`~chainermn_rt.errors.UserError` is one line instead), then one line and
   ``MPI.COMM_WORLD.Abort`` (status 2 for a UserError, else 1; a UserError in a one-rank job
-  exits 2 too)::
+  exits 2 too; one every rank raises, ``everywhere``, is printed and aborted by rank 0, the
+  others waiting up to :data:`EVERYWHERE_WAIT_S` for it)::
 
     chainermn-rt: rank 1 on node2 failed: RuntimeError: out of data; aborting the job
 
@@ -33,6 +34,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -68,7 +70,7 @@ def install(environ: Mapping[str, str] | None = None) -> bool:
         try:
             if not user_error:
                 previous(exc_type, value, tb)
-            elif _shows(value):
+            elif _shows(value) or not _ended_by_rank_0():
                 print_line(f"chainermn-rt: error: {value}")
         finally:
             abort_if_mpi(exc_type, value, announce=not user_error)  # its line says it all
@@ -120,6 +122,20 @@ def _shows(value: BaseException) -> bool:
             or mpi.Is_finalized():
         return True
     return mpi.COMM_WORLD.Get_rank() == 0
+
+
+# How long another rank waits for rank 0, which raised the same error, to print it and abort.
+EVERYWHERE_WAIT_S = 60.0
+
+
+def _ended_by_rank_0() -> bool:
+    """For a UserError every rank raised, on a rank other than 0: wait for rank 0's abort to end
+    this process (aborting first could kill rank 0 before its line is out); False when rank 0
+    has not done so within EVERYWHERE_WAIT_S (it did not raise it: this rank prints it)."""
+    deadline = time.monotonic() + EVERYWHERE_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+    return False
 
 
 def _abort_at_exit() -> None:

@@ -4,7 +4,8 @@ OUT/rank<N>.run<R>.json (R: Slurm's restart count) for the test to compare acros
 
     stage_check.py SRC OUT [--fail] [--wait-for-stop]
 
-``--fail``: exit 1 after reporting (a failing job). ``--wait-for-stop``: in the first run,
+``--fail``: exit 1 once every rank has reported (a failing job; waiting first, as srun
+ends the other ranks as soon as one fails). ``--wait-for-stop``: in the first run,
 wait for the batch shell's stop file, then rank 0 says a snapshot was written (as
 chainermn_rt.resumable does) so that the shell requeues the job; later runs just report.
 """
@@ -39,6 +40,12 @@ def main() -> int:
     tmp.write_text(json.dumps(report))
     tmp.rename(out / f"rank{rank}.run{run}.json")  # whole: the test reads it while we run
     if "--fail" in sys.argv:
+        ranks = int(os.environ["SLURM_NTASKS"])
+        deadline = time.monotonic() + 300
+        while len(list(out.glob(f"rank*.run{run}.json"))) < ranks:
+            if time.monotonic() > deadline:
+                return 3
+            time.sleep(0.1)
         return 1
     if "--wait-for-stop" in sys.argv and run == "0":
         stop = os.environ[STOP_FILE_VAR]
