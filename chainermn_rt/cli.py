@@ -13,7 +13,7 @@ import os
 import sys
 
 from chainermn_rt.arguments import Parser
-from chainermn_rt.errors import EXIT_STATUSES, EnvironmentProblem, JobFailed, UserError
+from chainermn_rt.errors import EXIT_STATUSES, EnvironmentProblem, JobFailed, UserError, print_line
 
 DESCRIPTION = ("Run ChainerMN data-parallel training on Slurm: site profiles, job scripts,\n"
                "the per-rank step, a local Slurm sandbox, checks and benchmarks.")
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (UserError, JobFailed, EnvironmentProblem) as err:
         if not getattr(err, "everywhere", False) or _first_rank():
-            print(f"chainermn-rt {known.command}: error: {err}", file=sys.stderr)
+            print_line(f"chainermn-rt {known.command}: error: {err}")
         return err.exit_status
 
 

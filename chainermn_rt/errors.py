@@ -55,10 +55,21 @@ def message_value(text: str, limit: int = 80, quote: bool = False) -> str:
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped, so that a value from outside (a path
+    holding a newline) cannot break a message in two.
+
+    >>> one_line("--site: /tmp/a\\nb.toml: no such file")
+    '--site: /tmp/a\\\\nb.toml: no such file'
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def print_line(line: str) -> None:
-    """``line`` and its newline to stderr in one write. Under ``PYTHONUNBUFFERED=1``
-    ``print()`` writes them apart, and a launcher that forwards many processes' output (mpirun,
-    srun) may put another's text, such as its own MPI_Abort notice, between the two."""
+    """``line`` (:func:`one_line`) and its newline to stderr in one write. Under
+    ``PYTHONUNBUFFERED=1`` ``print()`` writes them apart, and a launcher that forwards many
+    processes' output (mpirun, srun) may put another's text, such as its own MPI_Abort notice,
+    between the two."""
     sys.stderr.flush()
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(one_line(line) + "\n")
     sys.stderr.flush()

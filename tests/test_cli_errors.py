@@ -38,6 +38,20 @@ def test_a_missing_profile_names_the_argument_that_gave_it(tmp_path, args, argum
         "quad-gpu, sandbox"]
 
 
+@pytest.mark.parametrize("name", ["a\nb.toml", "a\rb\x1b[2J.toml", "a\tb.toml"])
+def test_a_path_with_control_characters_stays_one_line(tmp_path, name):
+    """A value from outside cannot break the message in two: its control characters escaped."""
+    (tmp_path / name).write_text("[cluster\n")  # exists, bad TOML: a second error path
+    for site in (name, "missing" + name):
+        proc = cli("render", "--site", str(tmp_path / site), "--nodes", "1", "--", "true")
+        assert proc.returncode == 2
+        [line] = proc.stderr.splitlines()
+        assert repr(site)[1:-1] in line and line.startswith("chainermn-rt render: error: ")
+    env = {**os.environ, "CHAINERMN_RT_SITE": str(tmp_path / name)}
+    proc = cli("render", "--nodes", "1", "--", "true", env=env)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 def test_a_missing_slurm_command_is_one_line_with_status_3(tmp_path):
     proc = cli("submit", "--site", "cpu-cluster", "--nodes", "1", "--", "true", cwd=tmp_path,
                env={**os.environ, "PATH": str(tmp_path)})
