@@ -503,3 +503,21 @@ def test_reports_files_are_written_whole(tmp_path):
         reports.write_json(reports.rank_file(tmp_path, r["launcher"]["rank"]), r)
     found, gathered = reports.load_reports(tmp_path)
     assert not gathered and len(found) == 3
+
+
+def test_damaged_report_files_count_as_not_written(tmp_path):
+    """The doctor's folder is on a shared file system: a cut, binary, huge or FIFO report is
+    a rank that did not report (the checks name it), never a traceback or an endless read."""
+    data = _healthy(1, 4)
+    for r in data[:2]:
+        reports.write_json(reports.rank_file(tmp_path, r["launcher"]["rank"]), r)
+    reports.rank_file(tmp_path, 2).write_bytes(b'{"launcher": {"rank": 2')  # cut short
+    os.mkfifo(reports.rank_file(tmp_path, 3))
+    (tmp_path / reports.GATHERED).write_bytes(b"\xff\xfe[" + b"[" * 100_000)  # not JSON
+    found, gathered = reports.load_reports(tmp_path)
+    assert not gathered and [r["launcher"]["rank"] for r in found] == [0, 1]
+    result = _run(found, gathered, Expected(ranks=4))
+    assert result["reports"].status == FAIL and "2 of 4 ranks wrote no report" in \
+        result["reports"].reason, result["reports"]
+    reports.rank_file(tmp_path, 2).write_bytes(b" " * (reports.MAX_RANK_BYTES + 1) + b"{}")
+    assert len(reports.load_reports(tmp_path)[0]) == 2

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from chainermn_rt.devices import VISIBLE_VAR, count_gpu_devices, visible_gpus
 from chainermn_rt.errors import UserError
+from chainermn_rt.files import read_small
 from chainermn_rt.job_env import JobEnvironment
 from chainermn_rt.rank import binding
 from chainermn_rt.rank_contract import SLOTS_VAR, load_slots, parse_cpu_list
@@ -33,9 +34,10 @@ CUDA_FLAG = "mca:mpi:base:param:mpi_built_with_cuda_support:value"
 
 
 def _read(path: Path) -> str | None:
+    """A small file of the kernel's (/sys, /proc), bounded; None when unreadable."""
     try:
-        return path.read_text().strip()
-    except OSError:
+        return read_small(path, 1 << 16, follow_links=True).decode(errors="replace").strip()
+    except (OSError, ValueError):
         return None
 
 
@@ -72,7 +74,11 @@ def allowed_cpus(sys: Path = SYS) -> list[int]:
 
 def memory_policy() -> str:
     """This process's memory policy as /proc/self/numa_maps shows it: ``default``, ``bind:0``..."""
-    line = (_read(Path("/proc/self/numa_maps")) or "").split("\n", 1)[0].split()
+    try:  # only its first line: the whole file grows with the libraries mapped
+        with open("/proc/self/numa_maps", "rb") as f:
+            line = f.readline(4096).decode(errors="replace").split()
+    except OSError:
+        line = []
     return line[1] if len(line) > 1 else "default"
 
 

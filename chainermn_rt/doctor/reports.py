@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from chainermn_rt.files import write_atomically
+from chainermn_rt.files import read_small, write_atomically
 
 GATHERED = "ranks.json"
 _RANK_FILE = re.compile(r"rank-(\d+)\.json\Z")
@@ -37,8 +37,23 @@ def rank_files(out: Path) -> list[Path]:
 
 def load_reports(out: Path) -> tuple[list[dict], bool]:
     """(the rank reports, whether MPI gathered them): ``ranks.json`` when rank 0 wrote it, else
-    every ``rank-<N>.json``."""
-    gathered = out / GATHERED
-    if gathered.exists():
-        return json.loads(gathered.read_text()), True
-    return [json.loads(p.read_text()) for p in rank_files(out)], False
+    every ``rank-<N>.json``. A file that is damaged (not JSON, too large, not a regular file:
+    the job's folder is on a shared file system) counts as not written: the checks then name
+    the ranks that did not report."""
+    gathered = _load(out / GATHERED, MAX_GATHERED_BYTES)
+    if isinstance(gathered, list) and all(isinstance(r, dict) for r in gathered):
+        return gathered, True
+    found = (_load(p, MAX_RANK_BYTES) for p in rank_files(out))
+    return [r for r in found if isinstance(r, dict)], False
+
+
+MAX_RANK_BYTES = 1 << 20  # a rank's report is a few KB
+MAX_GATHERED_BYTES = 1 << 30
+
+
+def _load(path: Path, limit: int):
+    """The JSON in ``path``, or None when it is missing or damaged."""
+    try:
+        return json.loads(read_small(path, limit))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
