@@ -133,7 +133,11 @@ class Slurm:
         if proc.returncode != 0:
             raise UserError("sbatch refused the job: "
                             + (proc.stderr.strip() or proc.stdout.strip()).replace("\n", "; "))
-        return proc.stdout.strip().split(";")[0]
+        job = proc.stdout.strip().split(";")[0]
+        if not (job.isascii() and job.isdigit()):
+            raise EnvironmentProblem(f"sbatch --parsable printed {message_value(proc.stdout)}"
+                                     "; expected a job id (digits, then ;cluster)")
+        return job
 
     def show(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o``'s fields, or {} once Slurm has forgotten the job."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -60,3 +61,18 @@ def test_a_missing_slurm_command_is_one_line_with_status_3(tmp_path):
         "chainermn-rt submit: error: sbatch: not found; run it where Slurm's client commands "
         "reach the cluster (for the sandbox: `chainermn-rt sandbox up`)"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("answer", ["", "Submitted batch job 12\n", "12abc\n", "\x1b]0;x\x07\n",
+                                    "١٢\n"])
+def test_an_sbatch_answer_that_is_not_a_job_id_is_one_line_with_status_3(tmp_path, answer):
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "sbatch").write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(answer)}\n")
+    (stub / "sbatch").chmod(0o755)
+    proc = cli("submit", "--site", "cpu-cluster", "--nodes", "1", "--", "true", cwd=tmp_path,
+               env={**os.environ, "PATH": f"{stub}:{os.environ['PATH']}"})
+    assert proc.returncode == 3, proc
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("chainermn-rt submit: error: sbatch --parsable printed ") and \
+        line.endswith("; expected a job id (digits, then ;cluster)"), line
