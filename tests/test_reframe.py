@@ -15,6 +15,7 @@ from fixtures_reframe import reframe
 
 from chainermn_rt.doctor.job import doctor_plan
 from chainermn_rt.plan import Request
+from chainermn_rt.reframe.jobs import REFRAME_WRITES
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site, resolve_site
 
@@ -39,7 +40,23 @@ def _launch_line(script: str) -> list[str]:
     return argv[:-1] if argv[-1] == "&" else argv
 
 
-@pytest.mark.parametrize("site_name, partition", [("sandbox", "gpu"), ("dgx-h100", "batch")])
+def _directives(script: str) -> list[str]:
+    return [line.removeprefix("#SBATCH ") for line in script.splitlines()
+            if line.startswith("#SBATCH ")]
+
+
+def _module_lines(script: str) -> list[str]:
+    """From the module check to the last ``module load`` and ``set -u``."""
+    lines = script.splitlines()
+    if not any(line.startswith("module load ") for line in lines):
+        return []
+    start = next(i for i, line in enumerate(lines) if line.startswith("if ! type module"))
+    end = max(i for i, line in enumerate(lines) if line.startswith("module load "))
+    return lines[start:end + 2]
+
+
+@pytest.mark.parametrize("site_name, partition", [("sandbox", "gpu"), ("dgx-h100", "batch"),
+                                                  ("quad-gpu", "gpu")])
 def test_the_dry_run_script_runs_the_rendered_launch_line(reframe_venv, tmp_path, site_name,
                                                            partition):
     config = tmp_path / "config.py"
@@ -55,7 +72,8 @@ def test_the_dry_run_script_runs_the_rendered_launch_line(reframe_venv, tmp_path
     python = sys.executable if site.container.runtime == "none" else None
     plan = doctor_plan(site, Request(nodes=2, partition=partition, python=python),
                        stage / "reports")
-    rendered = _launch_line(render(plan))
+    ours = render(plan)
+    rendered = _launch_line(ours)
     found = _launch_line(script)
     # ReFrame's srun launcher adds --cpus-per-task (Slurm 22.05's srun does not inherit it)
     assert found == [rendered[0], f"--cpus-per-task={plan.cpus_per_task}", *rendered[1:]]
@@ -68,10 +86,22 @@ def test_the_dry_run_script_runs_the_rendered_launch_line(reframe_venv, tmp_path
     read = subprocess.run(["bash", "-c", exports + '\nprintf %s "$CHAINERMN_RT_SLOTS"'],
                           capture_output=True, text=True, check=True).stdout
     assert read == dict(plan.environment)["CHAINERMN_RT_SLOTS"]
+    # the Plan's options ReFrame does not write itself (account, qos, [sbatch]) and its
+    # modules, as the Plan's own script has them
+    kept = [option for option in _directives(ours)
+            if option.removeprefix("--").split("=")[0] not in REFRAME_WRITES]
+    assert kept == [option for option in _directives(script) if option in kept]
+    assert set(kept) <= set(_directives(script))
+    assert _module_lines(script) == _module_lines(ours)
+    if site.modules:
+        assert _module_lines(ours) and f"module load {site.modules[0]}" in _module_lines(ours)
+    if site.account:
+        assert f"--account={site.account}" in kept
 
 
 def test_the_configuration_carries_the_profile(tmp_path):
-    """scheduler, access with the profile's sbatch options, devices and the expectation."""
+    """scheduler, access (the partition: the rest comes from each check's Plan), devices and
+    the expectation."""
     site_file = tmp_path / "site.toml"
     site_file.write_text((REPO / "slurm/sites/dgx-h100.toml").read_text()
                          + "\n[checks]\nallreduce_busbw_gbps = 180.0\n")
@@ -84,8 +114,7 @@ def test_the_configuration_carries_the_profile(tmp_path):
     batch = system["partitions"][0]
     assert (system["name"], batch["name"], batch["scheduler"], batch["launcher"]) == (
         "dgx-h100", "batch", "slurm", "srun")
-    assert batch["access"] == ["--partition=batch", "--account=ml-research", "--constraint=ndr",
-                               "--exclusive"]
+    assert batch["access"] == ["--partition=batch"]
     assert batch["devices"] == [{"type": "gpu", "num_devices": 8}]
     assert batch["extras"]["allreduce_busbw_gbps"] == 180.0
     assert batch["extras"]["chainermn_rt_python"] is None  # pyxis: the container's python3

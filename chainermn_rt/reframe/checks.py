@@ -71,15 +71,16 @@ class _ChainermnRtCheck(rfm.RunOnlyRegressionTest):
         self.num_tasks_per_node = fields.num_tasks_per_node
         self.num_cpus_per_task = fields.num_cpus_per_task
         self.executable = fields.executable
-        self.env_vars = fields.env_vars
         if fields.gpus_per_node:
             self.extra_resources = {"gpus": {"num_gpus_per_node": fields.gpus_per_node}}
         self.launcher_options = fields.launcher_options
+        self.plan_options = fields.options
+        self.prerun_cmds = list(fields.prerun_cmds)
 
     @run_before("run")
     def launcher_and_no_requeue(self):
         self.job.launcher.options = list(self.launcher_options)
-        self.job.options += ["--no-requeue"]
+        self.job.options += [*self.plan_options, "--no-requeue"]
 
 
 @rfm.simple_test

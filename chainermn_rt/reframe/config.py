@@ -2,10 +2,10 @@
 
 One system named after the site; one ReFrame partition per profile partition: scheduler
 ``squeue`` where Slurm keeps no accounting (the sandbox: ReFrame's ``slurm`` backend asks
-sacct) else ``slurm``, launcher ``srun``, access ``--partition=P`` plus the profile's
-account, qos and extra sbatch options, a ``gpus`` resource for ``--gpus-per-node``, the
-node's GPUs and CPUs, and in ``extras`` what the checks need: the profile's path, the Python
-of the ranks, and ``allreduce_busbw_gbps``.
+sacct) else ``slurm``, launcher ``srun``, access ``--partition=P`` (every other option, the
+account and qos among them, comes from each check's Plan: :mod:`chainermn_rt.reframe.jobs`),
+a ``gpus`` resource for ``--gpus-per-node``, the node's GPUs and CPUs, and in ``extras`` what
+the checks need: the profile's path, the Python of the ranks, and ``allreduce_busbw_gbps``.
 
 >>> from chainermn_rt.site import load_site
 >>> conf = configuration(load_site("slurm/sites/sandbox.toml"), "squeue", "/usr/bin/python3")
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.quoting import comment, directive, python
+from chainermn_rt.quoting import comment, python
 from chainermn_rt.site import Partition, Site
 
 SCHEDULERS = ("slurm", "squeue")
@@ -34,18 +34,8 @@ def _name(text: str, what: str) -> str:
     return text
 
 
-def _options(options: tuple[tuple[str, str | None], ...]) -> list[str]:
-    """``#SBATCH`` options as ReFrame writes them (unquoted): each value quoted as the job
-    script's own (:func:`chainermn_rt.quoting.directive`)."""
-    return [f"--{key}" if value is None else f"--{key}={directive(value)}"
-            for key, value in options]
-
-
 def _partition(site: Site, p: Partition, scheduler: str, python: str | None) -> dict:
     access = [f"--partition={p.name}"]
-    access += _options(tuple((key, value) for key, value in (("account", site.account),
-                                                            ("qos", site.qos)) if value))
-    access += _options(site.sbatch) + _options(p.sbatch)
     extras = {"chainermn_rt_site": str(site.path.absolute()), "chainermn_rt_python": python,
               "nodes": p.nodes, "gpus_per_node": p.topology.gpus}
     if site.allreduce_busbw_gbps is not None:

@@ -9,6 +9,13 @@
 (('--mpi=pmix', '--cpu-bind=none', '--kill-on-bad-exit=1'), 'py -m chainermn_rt rank -- true')
 >>> fields.env_vars["CHAINERMN_RT_SLOTS"][:12]
 '\\'[{"gpu":0,"'
+>>> fields.options, fields.prerun_cmds[0]
+((), 'export OMPI_MCA_pml=ob1')
+
+The Plan's other ``#SBATCH`` options (``--mem``, account, qos, the profile's ``[sbatch]``)
+become the job's options; the prerun commands load its modules (as the Plan's own script,
+``slurm/templates/modules.sh.j2``), then export its environment (after the modules, as there):
+a check runs what ``submit`` runs.
 """
 
 from __future__ import annotations
@@ -18,7 +25,14 @@ from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import Plan
-from chainermn_rt.quoting import sh, sh_join
+from chainermn_rt.quoting import directive, sh, sh_join
+from chainermn_rt.render import render
+
+# The Plan's #SBATCH options ReFrame writes itself, from the fields below, the partition's
+# access and the check's time limit; its checks are never requeued, so no stop options.
+REFRAME_WRITES = frozenset({"job-name", "partition", "nodes", "ntasks-per-node",
+                            "cpus-per-task", "gpus-per-node", "time", "output", "signal",
+                            "requeue", "open-mode"})
 
 
 @dataclass(frozen=True)
@@ -31,6 +45,13 @@ class JobFields:
     # they are)
     executable: str  # one shell word list: container argv, rank step, command
     env_vars: dict[str, str]  # values already shell-quoted
+    options: tuple[str, ...]  # #SBATCH options, values quoted as the job script's own
+    modules: tuple[str, ...]  # shell lines: the Plan's modules loaded
+
+    @property
+    def prerun_cmds(self) -> tuple[str, ...]:
+        return (*self.modules, *(f"export {name}={value}"
+                                 for name, value in self.env_vars.items()))
 
     def argv(self) -> list[str]:
         """The step's srun line as argv, as the job script runs it."""
@@ -47,4 +68,7 @@ def job_fields(plan: Plan) -> JobFields:
         num_cpus_per_task=plan.cpus_per_task, gpus_per_node=plan.gpus_per_node,
         launcher_options=tuple(sh(option, "the srun options") for option in plan.launch[1:]),
         executable=sh_join([*plan.container, *plan.rank_step, *plan.command], "the command"),
-        env_vars={name: sh(value, name) for name, value in plan.environment})
+        env_vars={name: sh(value, name) for name, value in plan.environment},
+        options=tuple(f"--{key}" if value is None else f"--{key}={directive(value)}"
+                      for key, value in plan.sbatch if key not in REFRAME_WRITES),
+        modules=tuple(render(plan, "modules.sh.j2").splitlines()) if plan.modules else ())
