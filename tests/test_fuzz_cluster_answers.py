@@ -33,7 +33,7 @@ from test_site_init_command import CONFIG, MPI_LIST, NODES, PARTITIONS
 from chainermn_rt import cli, slurm_client
 from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.site import load_site
-from chainermn_rt.site_init import probe, survey
+from chainermn_rt.site_init import node_report, survey
 
 from conftest import folder_contents, require_commands
 
@@ -74,7 +74,7 @@ TOPO = "\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\tCPU Affinity\tNUMA Aff
 
 def _probe_answer(xml: str) -> str:
     """What the probe script prints on a DGX H100 node: every section it has."""
-    mark = probe.MARK
+    mark = node_report.MARK
     parts = [("hostname", "dgx02"), ("lstopo", xml),
              ("ib", "/sys/class/infiniband/mlx5_0/ports/1|4: ACTIVE|400 Gb/sec (4X NDR)|"
                     "InfiniBand")]
@@ -364,8 +364,8 @@ def damage_probe(text: bytes, changes: list) -> bytes:
                 text = text[:m.start(1)] + raw(change[2]).replace(b'"', b"&quot;") + \
                     text[m.end(1):]
         elif kind == "xml":  # (an earlier change may have cut the section away)
-            m = re.search(re.escape(probe.MARK.encode()) + rb"lstopo\n(.*?)"
-                          + re.escape(probe.MARK.encode()), text, re.S)
+            m = re.search(re.escape(node_report.MARK.encode()) + rb"lstopo\n(.*?)"
+                          + re.escape(node_report.MARK.encode()), text, re.S)
             if m:
                 text = text[:m.start(1)] + raw(change[1]) + b"\n" + text[m.end(1):]
         elif kind == "information":

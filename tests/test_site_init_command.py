@@ -106,11 +106,11 @@ def test_a_dgx_cluster_gives_the_shipped_dgx_profiles_slots(tmp_path):
 def test_gpu_order_follows_the_device_minors(tmp_path, monkeypatch):
     """/proc/driver/nvidia as a node with minors 0 and 1 swapped has it (read by the parser
     here: the probe's own files cannot be faked without root on a node)."""
-    from chainermn_rt.site_init import hwloc, probe, survey
+    from chainermn_rt.site_init import hwloc, node_report, survey
 
     info = "Model: \t NVIDIA H100\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
     minors = {0: 1, 1: 0}
-    report = probe.NodeReport(
+    report = node_report.NodeReport(
         hostname="dgx01", lstopo_xml=dgx_h100(), ib_ports=(), nvidia_smi_topo="", runtimes=(),
         enroot_hooks=(), socket_ifname=None, nvidia_information=tuple(
             info.format(bus=b.upper(), minor=minors.get(i, i))
@@ -133,9 +133,9 @@ def test_gpu_order_follows_the_device_minors(tmp_path, monkeypatch):
 def test_each_hca_gets_its_active_port():
     """/sys/class/infiniband as the probe prints it: mlx5_0's port 2 is the active one; mlx5_3
     has none active (a warning, port 1 kept); HCAs the node said nothing of keep port 1."""
-    from chainermn_rt.site_init import probe, survey
+    from chainermn_rt.site_init import node_report, survey
 
-    report = probe.NodeReport(
+    report = node_report.NodeReport(
         hostname="dgx01", lstopo_xml=dgx_h100(), nvidia_information=(), nvidia_smi_topo="",
         runtimes=(), enroot_hooks=(), socket_ifname=None, ib_ports=(
             ("mlx5_0", 1, "1: DOWN", "10 Gb/sec", "InfiniBand"),

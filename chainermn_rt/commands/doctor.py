@@ -11,7 +11,7 @@ FAIL::
 
 With ``--site SITE --nodes N [render's request options]``: a doctor job on N nodes, rendered
 like a training job, each rank reporting where it runs; prints one table of cross-rank checks
-and exits 0 only when every check passes (chainermn_rt/cluster_doctor/, docs/doctor.md)::
+and exits 0 only when every check passes (chainermn_rt/doctor/, docs/doctor.md)::
 
     $ chainermn-rt doctor --site sandbox --nodes 2 --gpus-per-node 2 --exclude-bad bad.txt
 """

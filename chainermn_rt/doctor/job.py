@@ -2,13 +2,14 @@
 
 The job is planned like any training job (plan.py: same binding, same launcher, same
 container); only its program is the probe (``python -m chainermn_rt.doctor.probe``, with the
-interpreter the Plan chooses). :class:`chainermn_rt.submission.Cluster` submits it and waits;
-then its folder's reports (reports.py) go through the checks (cluster.py)::
+interpreter the Plan chooses). :meth:`chainermn_rt.submission.Cluster.run` submits it and
+waits; then its folder's reports (reports.py) go through the checks (cluster.py), as
+``chainermn-rt doctor --site`` does (commands/doctor.py)::
 
-    out = new_folder(None)
+    out = folder_for(None)
     plan = doctor_plan(site, request, out)
-    job = Cluster.of(site).submit(plan, out / SCRIPT)
-    checks = collect(out, expected(site, plan), Cluster.of(site).wait(job), job)
+    job_id, final, _, _ = Cluster.of(site).run(make_folder(out) / SCRIPT, plan)
+    checks = collect(out, expected(site, plan), final, job_id)
 """
 
 from __future__ import annotations

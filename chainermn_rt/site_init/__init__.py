@@ -6,7 +6,12 @@
   with their PCIe switches;
 - :mod:`.nvidia`: ``/proc/driver/nvidia/gpus/*/information`` (Slurm's GPU order follows the
   device minors) and ``nvidia-smi topo -m`` (a cross-check);
-- :mod:`.slots`: one slot per GPU in Slurm's order from the above.
+- :mod:`.slots`: one slot per GPU in Slurm's order from the above;
+- :mod:`.node_report`: the script one ``srun`` step runs on a node (lstopo, the driver's
+  files, InfiniBand ports, container runtimes) and the parser of what it prints (apart from
+  the doctor's per-rank probe, :mod:`chainermn_rt.doctor.probe`).
 
-Each is a pure function of text, tested on fixtures without Slurm or a GPU.
+Each of these is a pure function of text, tested on fixtures without Slurm or a GPU.
+:mod:`.survey` asks Slurm and runs the node step (``site init``); :mod:`.profile` writes the
+profile's text from the facts.
 """

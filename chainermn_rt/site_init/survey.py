@@ -2,7 +2,7 @@
 
 Slurm's controller answers for partitions, nodes and MPI plugins (``scontrol``, ``srun
 --mpi=list``, ``srun --help``); each node shape (CPUs, memory, Gres) of the chosen partitions
-answers for its hardware, through one one-task ``srun`` step running :data:`probe.SCRIPT` on
+answers for its hardware, through one one-task ``srun`` step running :data:`node_report.SCRIPT` on
 one of its nodes. :func:`survey` returns the facts and one-line warnings; the profile's text
 is :func:`chainermn_rt.site_init.profile.profile_text`.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError, message_value
 from chainermn_rt.rank_contract import Slot
 from chainermn_rt.site import NAME, parse_time
-from chainermn_rt.site_init import hwloc, nvidia, probe
+from chainermn_rt.site_init import hwloc, node_report, nvidia
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts
 from chainermn_rt.site_init.slots import cpu_list, gpu_slots
 from chainermn_rt.slurm_client import ANSWER_S, NoAnswer, Slurm, whole
@@ -98,9 +98,9 @@ def controller_address(conf: dict[str, str]) -> str:
     return address
 
 
-def _probe(slurm: Slurm, partition: str, node: str, controller: str) -> probe.NodeReport:
+def _probe(slurm: Slurm, partition: str, node: str, controller: str) -> node_report.NodeReport:
     argv = ["srun", "-N1", "-n1", "--exclusive", f"--partition={partition}", f"--nodelist={node}",
-            "--time=5", "--job-name=chainermn-rt-site-init", "sh", "-c", probe.SCRIPT, "sh",
+            "--time=5", "--job-name=chainermn-rt-site-init", "sh", "-c", node_report.SCRIPT, "sh",
             controller]
     try:
         proc = slurm.run(argv, timeout=PROBE_S)
@@ -112,14 +112,14 @@ def _probe(slurm: Slurm, partition: str, node: str, controller: str) -> probe.No
         raise EnvironmentProblem(f"{node}: the probe step failed (exit {proc.returncode}): "
                                  f"{message_value(said[-1]) if said else 'no message'}")
     try:
-        return probe.parse(proc.stdout)
-    except probe.Unfinished as err:
+        return node_report.parse(proc.stdout)
+    except node_report.Unfinished as err:
         raise EnvironmentProblem(f"{node}: {err}") from None
     except ValueError as err:
         raise UserError(f"{node}: the probe's answer: {err}") from None
 
 
-def _gpu_order(node: str, shape: Shape, report: probe.NodeReport, topo: hwloc.Topology,
+def _gpu_order(node: str, shape: Shape, report: node_report.NodeReport, topo: hwloc.Topology,
                warnings: list[str]) -> list[str]:
     """PCI bus ids in Slurm's GPU order ("" where unknown); JobFailed when counts disagree."""
     want = shape.gpus
@@ -155,7 +155,7 @@ def _gpu_order(node: str, shape: Shape, report: probe.NodeReport, topo: hwloc.To
     return [""] * want
 
 
-def _cross_check(node: str, report: probe.NodeReport, made: list[Slot],
+def _cross_check(node: str, report: node_report.NodeReport, made: list[Slot],
                  warnings: list[str]) -> None:
     """``nvidia-smi topo -m``'s NUMA affinity against hwloc's, where the node has it."""
     for index, row in nvidia.topo_matrix(report.nvidia_smi_topo).items():
@@ -168,7 +168,7 @@ def _cross_check(node: str, report: probe.NodeReport, made: list[Slot],
                             f"hwloc {made[index].numa}")
 
 
-def _topology(name: str, node: str, shape: Shape, report: probe.NodeReport,
+def _topology(name: str, node: str, shape: Shape, report: node_report.NodeReport,
               warnings: list[str]) -> TopologyFacts:
     lstopo = "lstopo --whole-system --of xml"
     if not report.lstopo_xml.strip():
@@ -200,7 +200,7 @@ def _topology(name: str, node: str, shape: Shape, report: probe.NodeReport,
     return TopologyFacts(name, tuple(made), tuple(order), source)
 
 
-def _active_ports(node: str, report: probe.NodeReport, made: list[Slot],
+def _active_ports(node: str, report: node_report.NodeReport, made: list[Slot],
                   warnings: list[str]) -> list[Slot]:
     """Each slot's HCA on its first ACTIVE port, as /sys/class/infiniband says (port 1 where
     the node said nothing of that HCA; a warning where none of its ports is active)."""
@@ -240,7 +240,7 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
     warnings: list[str] = []
     steps: list[str] = []
     shapes: dict[Shape, TopologyFacts] = {}
-    reports: dict[str, probe.NodeReport] = {}  # by Slurm's node name
+    reports: dict[str, node_report.NodeReport] = {}  # by Slurm's node name
     partitions = []
     for p in wanted:
         record = parts[p]
@@ -276,9 +276,9 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
             record.get("Nodes", "")))
     if pyxis:
         missing = [node for node, r in reports.items() if "enroot" in r.runtimes
-                   and probe.PMI_HOOK not in r.enroot_hooks]
+                   and node_report.PMI_HOOK not in r.enroot_hooks]
         for host in missing:
-            warnings.append(f"{host}: pyxis without enroot's {probe.PMI_HOOK} hook in "
+            warnings.append(f"{host}: pyxis without enroot's {node_report.PMI_HOOK} hook in "
                             "/etc/enroot/hooks.d: multi-node srun --mpi=pmix fails in containers"
                             " (copy it from enroot's hooks.d examples)")
     srun_mpi = "pmix" if any(x.startswith("pmix") for x in plugins) else \
