@@ -23,12 +23,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from chainermn_rt.errors import UserError
 
 YEAR_S = 365 * 86400
+_BYTES = re.compile(r"([0-9]{1,16})([KMG]?)", re.IGNORECASE)
+_UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
+MAX_BYTES = 1 << 40
 
 
 class Parser(argparse.ArgumentParser):
@@ -130,3 +134,16 @@ def folder(path: Path, flag: str) -> Path:
         raise UserError(f"{flag}: {existing} is a file; allowed: a folder (new or existing)")
     return path
 
+
+def parse_bytes(text: str, flag: str) -> int:
+    """``8``, ``64K``, ``1G`` (1024-based) -> bytes; anything else a UserError naming ``flag``.
+
+    >>> parse_bytes("64k", "--max-bytes"), parse_bytes("1G", "--max-bytes")
+    (65536, 1073741824)
+    """
+    match = _BYTES.fullmatch(text)
+    value = int(match.group(1)) << _UNITS[match.group(2).upper()] if match else -1
+    if not 0 <= value <= MAX_BYTES:
+        raise UserError(f"{flag}: {text!r}; allowed: a whole number of bytes up to 1024G, "
+                        "optionally with K, M or G (1024-based), e.g. 8, 64K, 1G")
+    return value

@@ -12,8 +12,8 @@ import subprocess
 import numpy
 import pytest
 
+from chainermn_rt.arguments import parse_bytes
 from chainermn_rt.benchmarks import allreduce, pattern
-from chainermn_rt.commands.bench import parse_bytes
 from chainermn_rt.errors import UserError
 
 from conftest import (

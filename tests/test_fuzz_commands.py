@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import chainermn_rt
 from chainermn_rt import cli, submission
+from chainermn_rt.arguments import parse_bytes
 from chainermn_rt.commands import bench, doctor, render, scaling
 from chainermn_rt.rank_contract import SETTINGS
 
@@ -141,7 +142,7 @@ def test_every_numeric_argument_is_refused_in_one_line_or_finite(stubbed, capsys
         return
     parsed = getattr(seen[-1], dest)
     if isinstance(parsed, str):  # byte sizes: parsed by the command, checked before Reached
-        parsed = bench.parse_bytes(parsed, option)
+        parsed = parse_bytes(parsed, option)
     assert isinstance(parsed, int | float) and not isinstance(parsed, bool), parsed
     assert math.isfinite(parsed) and parsed >= 0, (case, value, parsed)
 

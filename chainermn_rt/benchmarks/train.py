@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from chainermn_rt.benchmarks.world import node_count
+from chainermn_rt.benchmarks.world import check_fits, check_gpu, node_count
 
 MODELS = ("resnet50", "mlp")
 INSIZES = (32, 1024)  # ResNet-50's input side: it halves it five times
@@ -59,6 +59,16 @@ def host_bytes(model: str, batchsize: int, insize: int) -> int:
     per_sample = RESNET_BYTES_PER_PIXEL * insize * insize if model == "resnet50" else \
         MLP_BYTES_PER_SAMPLE
     return MODEL_BYTES[model] + batchsize * per_sample
+
+
+def check(model: str, batchsize: int, insize: int, communicator: str) -> None:
+    """Before MPI starts: UserError naming ``--communicator`` when it needs a GPU this node
+    lacks, or ``--batchsize`` when training on the CPU would not fit this node's memory."""
+    from chainermn_rt.communicators import GPU_ONLY, NAMES, nccl_gpu_available
+
+    check_gpu([communicator], "--communicator", [n for n in NAMES if n not in GPU_ONLY])
+    if communicator not in GPU_ONLY and (communicator != "auto" or not nccl_gpu_available()):
+        check_fits(host_bytes(model, batchsize, insize), "--batchsize", batchsize)  # CPU
 
 
 def synthetic_batches(shape: tuple, classes: int, batchsize: int, seed: int, device) -> list:
