@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -155,3 +156,54 @@ def read_result(path: Path) -> float | None:
 
 def point_record(point: Point, job: str | None) -> dict:
     return {**asdict(point), "job": job}
+
+
+def submit_chain(cluster, planned: dict[str, tuple], state: dict, out: Path,
+                 study: dict) -> None:
+    """Submit the points of ``planned`` (``{name: (Point, Plan)}``) without a result as a
+    chain; a job still in Slurm stays its link. ``cluster``: a
+    :class:`chainermn_rt.submission.Cluster`; ``state``: :func:`load_state`'s, updated and
+    saved after each submission."""
+    previous = None
+    for name, (point, plan) in planned.items():
+        entry = state.get(name)
+        if read_result(out / f"{name}.json") is not None:
+            continue
+        if entry and entry.get("job") and cluster.state(entry["job"]) is None:
+            previous = entry["job"]  # still pending or running: wait for it, keep the chain
+            print(f"{name}: job {previous} still in Slurm", flush=True)
+            continue
+        previous = cluster.submit(plan, out / f"{name}.sh", after=previous)
+        state[name] = point_record(point, previous)
+        save_state(out, state, study)
+        print(f"{name}: submitted job {previous} ({point.nodes} node(s) x {point.per_node})",
+              flush=True)
+
+
+def collect(cluster, planned: dict[str, tuple], state: dict, out: Path, title: str) -> int:
+    """Wait for each point's job, then write the table (``scaling.md``, ``table.json``) and
+    the plot; exit status 1 when a point has no result."""
+    results, missing = [], []
+    for name, (point, _) in planned.items():
+        job = state.get(name, {}).get("job")
+        if job and read_result(out / f"{name}.json") is None:
+            final = cluster.wait(job)
+            print(f"{name}: job {job} {final.state}, exit code {final.exit_code}", flush=True)
+        found = read_result(out / f"{name}.json")
+        if found is None:
+            missing.append(name)
+        else:
+            results.append(Result(point, found))
+    rows = table(results)
+    text = markdown(rows)
+    write_atomically(out / "scaling.md", lambda f: f.write(text))
+    write_atomically(out / "table.json", lambda f: json.dump(rows, f, indent=1))
+    if rows:
+        plot(rows, out / "scaling.png", title)
+    sys.stdout.write(text)
+    if missing:
+        print(f"no result for {', '.join(missing)}: see {out}/<point>-<job>.out; rerun to "
+              "submit them again", file=sys.stderr)
+        return 1
+    print(f"wrote {out / 'scaling.md'}, {out / 'scaling.png'}")
+    return 0

@@ -5,22 +5,20 @@
     chainermn-rt scaling ... --dry-run     # render the scripts only
     chainermn-rt scaling ... --no-wait     # submit and return; rerun to collect
 
-See chainermn_rt/scaling.py for the points, the record and the definitions.
+This command plans every point (its arguments to Plans); chainermn_rt/scaling.py submits the
+chain, collects, and has the points, the record and the definitions.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 from chainermn_rt import scaling
 from chainermn_rt.arguments import folder, integer
 from chainermn_rt.benchmarks import train
 from chainermn_rt.errors import UserError
-from chainermn_rt.files import write_atomically
-from chainermn_rt.plan import Plan, make_plan
+from chainermn_rt.plan import make_plan
 from chainermn_rt.request_arguments import add_site_arguments, request_from, site_from
 from chainermn_rt.site import Site
 from chainermn_rt.submission import Cluster, write_script
@@ -83,56 +81,9 @@ def run(args: argparse.Namespace) -> int:
         for name, (_, plan) in planned.items():
             print(f"wrote {write_script(plan, out / (name + '.sh'))}")
         return 0
-    _submit(cluster, planned, state, out,
-            {"site": str(site.path), "model": args.model, "batch_per_rank": args.batchsize})
+    scaling.submit_chain(cluster, planned, state, out, {
+        "site": str(site.path), "model": args.model, "batch_per_rank": args.batchsize})
     if args.no_wait:
         return 0
-    return _collect(cluster, planned, state, out,
-                    f"{args.model}, {args.batchsize} per rank, site {site.name}")
-
-
-def _submit(cluster: Cluster, planned: dict[str, tuple], state: dict, out: Path,
-            study: dict) -> None:
-    """Submit the points without a result as a chain; a job still in Slurm stays its link."""
-    previous = None
-    for name, (point, plan) in planned.items():
-        entry = state.get(name)
-        if scaling.read_result(out / f"{name}.json") is not None:
-            continue
-        if entry and entry.get("job") and cluster.state(entry["job"]) is None:
-            previous = entry["job"]  # still pending or running: wait for it, keep the chain
-            print(f"{name}: job {previous} still in Slurm", flush=True)
-            continue
-        previous = cluster.submit(plan, out / f"{name}.sh", after=previous)
-        state[name] = scaling.point_record(point, previous)
-        scaling.save_state(out, state, study)
-        print(f"{name}: submitted job {previous} ({point.nodes} node(s) x {point.per_node})",
-              flush=True)
-
-
-def _collect(cluster: Cluster, planned: dict[str, tuple[scaling.Point, Plan]], state: dict,
-             out: Path, title: str) -> int:
-    results, missing = [], []
-    for name, (point, _) in planned.items():
-        job = state.get(name, {}).get("job")
-        if job and scaling.read_result(out / f"{name}.json") is None:
-            final = cluster.wait(job)
-            print(f"{name}: job {job} {final.state}, exit code {final.exit_code}", flush=True)
-        found = scaling.read_result(out / f"{name}.json")
-        if found is None:
-            missing.append(name)
-        else:
-            results.append(scaling.Result(point, found))
-    rows = scaling.table(results)
-    text = scaling.markdown(rows)
-    write_atomically(out / "scaling.md", lambda f: f.write(text))
-    write_atomically(out / "table.json", lambda f: json.dump(rows, f, indent=1))
-    if rows:
-        scaling.plot(rows, out / "scaling.png", title)
-    sys.stdout.write(text)
-    if missing:
-        print(f"no result for {', '.join(missing)}: see {out}/<point>-<job>.out; rerun to "
-              "submit them again", file=sys.stderr)
-        return 1
-    print(f"wrote {out / 'scaling.md'}, {out / 'scaling.png'}")
-    return 0
+    return scaling.collect(cluster, planned, state, out,
+                           f"{args.model}, {args.batchsize} per rank, site {site.name}")

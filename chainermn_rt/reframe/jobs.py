@@ -9,8 +9,11 @@
 (('--mpi=pmix', '--cpu-bind=none', '--kill-on-bad-exit=1'), 'py -m chainermn_rt rank -- true')
 >>> fields.env_vars["CHAINERMN_RT_SLOTS"][:12]
 '\\'[{"gpu":0,"'
->>> fields.options, fields.prerun_cmds[0]
-((), 'export OMPI_MCA_pml=ob1')
+>>> fields.prerun_cmds[0]
+'export OMPI_MCA_pml=ob1'
+>>> dgx = make_plan(load_site("slurm/sites/dgx-h100.toml"), Request(nodes=2, command=("true",)))
+>>> job_fields(dgx).options
+('--account=ml-research', '--constraint=ndr', '--exclusive')
 
 The Plan's other ``#SBATCH`` options (``--mem``, account, qos, the profile's ``[sbatch]``)
 become the job's options; the prerun commands load its modules (as the Plan's own script,
