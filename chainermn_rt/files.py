@@ -1,4 +1,5 @@
-"""Files the commands write whole or not at all, and small files they read with a bound.
+"""Files the commands write whole or not at all, small files they read with a bound, and the
+trees an install copies (their sha256, their write bits).
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tempfile
@@ -65,3 +67,40 @@ def _regular(mode: int) -> None:
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
             "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
         raise ValueError(f"{kind}, not a file")
+
+
+def tree_sha256(path: Path) -> str:
+    """sha256 of a file, or of a folder's every entry (name, kind, mode, content or target)."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    for entry in sorted(path.rglob("*")):
+        info = entry.lstat()
+        digest.update(os.fsencode(entry.relative_to(path)) + f"\0{stat.S_IFMT(info.st_mode)}\0"
+                      f"{stat.S_IMODE(info.st_mode) & 0o555:o}\0".encode())
+        if entry.is_symlink():
+            digest.update(os.fsencode(os.readlink(entry)))
+        elif entry.is_file():
+            digest.update(tree_sha256(entry).encode())
+    return digest.hexdigest()
+
+def make_read_only(path: Path) -> None:
+    """No write bit anywhere below ``path`` (links untouched)."""
+    entries = [path] + ([] if path.is_file() else list(path.rglob("*")))
+    for entry in reversed(entries):  # children before their folder
+        if not entry.is_symlink():
+            entry.chmod(stat.S_IMODE(entry.lstat().st_mode) & ~0o222)
+
+def make_writable(path: Path) -> None:
+    """Undo :func:`make_read_only` so that a failed stage can be removed."""
+    for entry in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if not entry.is_symlink():
+            entry.chmod(stat.S_IMODE(entry.lstat().st_mode) | 0o200)
+
+def write_executable(path: Path, text: str) -> None:
+    """``text`` as ``path``, mode 0755."""
+    path.write_text(text)
+    path.chmod(0o755)

@@ -11,7 +11,7 @@ import pytest
 from fixtures_docker import charliecloud_site
 from fixtures_install import install
 
-from chainermn_rt.install.installer import tree_sha256
+from chainermn_rt.files import tree_sha256
 from chainermn_rt.site import load_site
 from chainermn_rt.slurm_client import Slurm
 from chainermn_rt.submission import Cluster

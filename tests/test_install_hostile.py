@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.files import tree_sha256
 from chainermn_rt.install import installer
 from chainermn_rt.site import load_site
 
@@ -201,7 +202,7 @@ def test_any_image_folder_is_copied_exactly_or_refused_naming_what_it_holds(tmp_
         return
     assert not fifos
     shutil.copytree(image, top / "copy", symlinks=True)
-    assert installer.tree_sha256(top / "copy") == installer.tree_sha256(image)
+    assert tree_sha256(top / "copy") == tree_sha256(image)
 
 
 # -- accepted hostile names, through the real module systems ------------------------------------
@@ -286,7 +287,7 @@ def test_the_installed_profile_and_manifest_name_the_copy(hostile):
     manifest = json.loads((hostile["home"] / "MANIFEST.json").read_text())
     assert (manifest["image"]["source"], manifest["image"]["path"]) == (str(hostile["image"]),
                                                                         str(copy))
-    assert manifest["image"]["sha256"] == installer.tree_sha256(copy)
+    assert manifest["image"]["sha256"] == tree_sha256(copy)
     text = (hostile["home"] / "site.toml").read_text()
     assert text.splitlines()[0] == (
         f"# Installed by `chainermn-rt install` from {hostile['tmp']}/ch\\n[environment]\\n"

@@ -1,8 +1,9 @@
 """Install the bundle for a site under a prefix (``chainermn-rt install``, ``make install``).
 
-Everything is checked before anything is written; the install is then built in a folder
-beside its place (``PREFIX/.chainermn-rt-install-*``) and renamed into place, the module files
-last, so an interrupted install leaves nothing a module could point at.
+Everything is checked before anything is written (:func:`check`); the install is then built
+in a folder beside its place (:func:`stage`, ``PREFIX/.chainermn-rt-install-*``) and renamed
+into place, the module files last (:func:`place`), so an interrupted install leaves nothing a
+module could point at.
 
     PREFIX/chainermn-rt/<version>-<flavor>/
         image/NAME        the image, copied read-only (sha256 in MANIFEST.json)
@@ -17,7 +18,6 @@ last, so an interrupted install leaves nothing a module could point at.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -27,12 +27,18 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from chainermn_rt import version
 from chainermn_rt.errors import UserError, message_value
-from chainermn_rt.files import read_small
+from chainermn_rt.files import (
+    make_read_only,
+    make_writable,
+    read_small,
+    tree_sha256,
+    write_executable,
+)
 from chainermn_rt.install import modulefiles, wrappers
 from chainermn_rt.install.layout import FLAVORS, NAME, Layout
 from chainermn_rt.quoting import comment, toml
@@ -268,40 +274,6 @@ def profile_header(site_file: Path, image: Path | None) -> str:
                if image else "") + ".\n")
 
 
-def tree_sha256(path: Path) -> str:
-    """sha256 of a file, or of a folder's every entry (name, kind, mode, content or target)."""
-    digest = hashlib.sha256()
-    if path.is_file():
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
-    for entry in sorted(path.rglob("*")):
-        info = entry.lstat()
-        digest.update(os.fsencode(entry.relative_to(path)) + f"\0{stat.S_IFMT(info.st_mode)}\0"
-                      f"{stat.S_IMODE(info.st_mode) & 0o555:o}\0".encode())
-        if entry.is_symlink():
-            digest.update(os.fsencode(os.readlink(entry)))
-        elif entry.is_file():
-            digest.update(tree_sha256(entry).encode())
-    return digest.hexdigest()
-
-
-def _read_only(path: Path) -> None:
-    """No write bit anywhere below ``path`` (links untouched)."""
-    entries = [path] + ([] if path.is_file() else list(path.rglob("*")))
-    for entry in reversed(entries):  # children before their folder
-        if not entry.is_symlink():
-            entry.chmod(stat.S_IMODE(entry.lstat().st_mode) & ~0o222)
-
-
-def _writable(path: Path) -> None:
-    """Undo :func:`_read_only` so that a failed stage can be removed."""
-    for entry in [path, *path.rglob("*")] if path.is_dir() else [path]:
-        if not entry.is_symlink():
-            entry.chmod(stat.S_IMODE(entry.lstat().st_mode) | 0o200)
-
-
 def bind_targets(site: Site, image: Path) -> list[str]:
     """The Charliecloud bind targets ``image`` lacks (ch-run binds only onto folders the image
     has), to be made in the copy. Refused: a target through a link in the image (what it names
@@ -354,14 +326,27 @@ def _venv(python: str, home: Path, wheels: Path, system_site: bool) -> None:
                             f"this Python (make install-wheels PYTHON={python})")
 
 
-def _executable(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(0o755)
+@dataclass(frozen=True)
+class Checked:
+    """An install every check has passed: nothing is written before it exists."""
+
+    site_file: Path
+    site: Site
+    image: Path | None
+    where: Layout
+    text: str  # the profile's text, container.image set to the install's copy
+    binds: bool  # Charliecloud bind targets to make in the image's copy
+    python: str
+    wheels: Path
+
+    @property
+    def image_path(self) -> str | None:
+        return str(self.where.image(self.image.name)) if self.image else None
 
 
-def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
-            flavor: str | None = None, python: str = "python3") -> Layout:
-    """Check everything, then build the install beside PREFIX and rename it into place."""
+def check(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
+          flavor: str | None = None, python: str = "python3") -> Checked:
+    """Every argument, the image and the prefix checked; UserError naming the first bad one."""
     site = load_site(site_file, "--site")
     runtime = site.container.runtime
     image = check_image(runtime, image)
@@ -376,58 +361,66 @@ def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
     check_wheels(wheels)
     check_python(python)
     text = read_small(site_file, MAX_PROFILE_BYTES, follow_links=True).decode("utf-8")
-    image_path = str(where.image(image.name)) if image else None
-    if image_path:
-        try:
-            text = with_image(text, image_path)
-        except ValueError:
-            raise UserError(f"--site: {shown(str(site_file))}: container.image cannot be set (no "
-                            "[container] table); allowed: a profile with a [container] "
-                            "table") from None
-        if parse_site(tomllib.loads(text), site_file) != replace(
-                site, container=replace(site.container, image=image_path)):
-            raise UserError(f"--site: {shown(str(site_file))}: container.image cannot be set in "
-                            "its text; allowed: image = \"...\" as a line of the [container] "
-                            "table")
+    checked = Checked(site_file, site, image, where, text, binds, python, wheels)
+    if image is None:
+        return checked
+    try:
+        text = with_image(text, checked.image_path)
+    except ValueError:
+        raise UserError(f"--site: {shown(str(site_file))}: container.image cannot be set (no "
+                        "[container] table); allowed: a profile with a [container] "
+                        "table") from None
+    if parse_site(tomllib.loads(text), site_file) != replace(
+            site, container=replace(site.container, image=checked.image_path)):
+        raise UserError(f"--site: {shown(str(site_file))}: container.image cannot be set in "
+                        "its text; allowed: image = \"...\" as a line of the [container] "
+                        "table")
+    return replace(checked, text=text)
 
-    where.prefix.mkdir(parents=True, exist_ok=True)
-    stage_dir = Path(tempfile.mkdtemp(prefix=f".{NAME}-install-", dir=where.prefix))
-    stage = Layout(stage_dir, where.version, where.flavor)
+
+def stage(c: Checked, stage: Layout) -> None:
+    """The whole install under ``stage`` (a Layout beside the prefix): the image's read-only
+    copy, site.toml, the venv, the wrappers, MANIFEST.json and the module files."""
+    where, site, image = c.where, c.site, c.image
+    for folder in (stage.bin, stage.lua.parent, stage.tcl.parent):
+        folder.mkdir(parents=True)
+    manifest = {"name": NAME, "version": where.version, "flavor": where.flavor,
+                "runtime": site.container.runtime, "site": str(c.site_file.absolute()),
+                "installed": datetime.datetime.now(datetime.UTC).isoformat(
+                    timespec="seconds")}
+    if image is not None:
+        copy = stage.image(image.name)
+        copy.parent.mkdir()
+        if image.is_dir():
+            shutil.copytree(image, copy, symlinks=True)
+            made = bind_targets(site, copy) if c.binds else []  # checked again, on the copy
+            for target in made:
+                (copy / target.lstrip("/")).mkdir(parents=True)
+        else:
+            shutil.copy2(image, copy)
+            made = []
+        make_read_only(copy)
+        manifest["image"] = {"source": str(image), "path": c.image_path,
+                             "sha256": tree_sha256(copy), "bind_targets_made": made}
+    (stage.home / "site.toml").write_text(profile_header(c.site_file, image) + c.text)
+    _venv(c.python, stage.home, c.wheels, system_site=site.container.runtime == "none")
+    py = wrappers.python(site.container, c.image_path, str(where.venv), where.module_version)
+    if py is not None:
+        for name in ("python3", "python"):
+            write_executable(stage.bin / name, py)
+    write_executable(stage.bin / NAME, wrappers.chainermn_rt(str(where.venv),
+                                                             where.module_version))
+    stage.manifest.write_text(json.dumps(manifest, indent=1) + "\n")
+    image_name = str(image) if image else None
+    stage.lua.write_text(modulefiles.lua(where, site.name, image_name))
+    stage.tcl.write_text(modulefiles.tcl(where, site.name, image_name))
+
+
+def place(stage: Layout, where: Layout) -> None:
+    """Rename the staged version's folder into place, then the module files that name it; on
+    any failure, what was placed is removed again."""
     placed: list[Path] = []
     try:
-        for folder in (stage.bin, stage.lua.parent, stage.tcl.parent):
-            folder.mkdir(parents=True)
-        manifest = {"name": NAME, "version": where.version, "flavor": where.flavor,
-                    "runtime": runtime, "site": str(site_file.absolute()),
-                    "installed": datetime.datetime.now(datetime.UTC).isoformat(
-                        timespec="seconds")}
-        if image is not None:
-            copy = stage.image(image.name)
-            copy.parent.mkdir()
-            if image.is_dir():
-                shutil.copytree(image, copy, symlinks=True)
-                made = bind_targets(site, copy) if binds else []  # checked again, on the copy
-                for target in made:
-                    (copy / target.lstrip("/")).mkdir(parents=True)
-            else:
-                shutil.copy2(image, copy)
-                made = []
-            _read_only(copy)
-            manifest["image"] = {"source": str(image), "path": image_path,
-                                 "sha256": tree_sha256(copy), "bind_targets_made": made}
-        (stage.home / "site.toml").write_text(profile_header(site_file, image) + text)
-        _venv(python, stage.home, wheels, system_site=runtime == "none")
-        py = wrappers.python(site.container, image_path, str(where.venv), where.module_version)
-        if py is not None:
-            for name in ("python3", "python"):
-                _executable(stage.bin / name, py)
-        _executable(stage.bin / NAME, wrappers.chainermn_rt(str(where.venv),
-                                                            where.module_version))
-        stage.manifest.write_text(json.dumps(manifest, indent=1) + "\n")
-        image_name = str(image) if image else None
-        stage.lua.write_text(modulefiles.lua(where, site.name, image_name))
-        stage.tcl.write_text(modulefiles.tcl(where, site.name, image_name))
-        # into place: the version's folder, then the module files that name it
         for made, final in ((stage.home, where.home), (stage.lua, where.lua),
                             (stage.tcl, where.tcl)):
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -436,13 +429,26 @@ def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
     except BaseException:
         for final in reversed(placed):  # back out of a half-done move
             if final.is_dir():
-                _writable(final)
+                make_writable(final)
                 shutil.rmtree(final)
             else:
                 final.unlink()
         raise
+
+
+def install(site_file: Path, image: Path | None, prefix: Path, wheels: Path,
+            flavor: str | None = None, python: str = "python3") -> Layout:
+    """Check everything, then build the install beside PREFIX and rename it into place."""
+    checked = check(site_file, image, prefix, wheels, flavor, python)
+    where = checked.where
+    where.prefix.mkdir(parents=True, exist_ok=True)
+    stage_dir = Path(tempfile.mkdtemp(prefix=f".{NAME}-install-", dir=where.prefix))
+    staged = Layout(stage_dir, where.version, where.flavor)
+    try:
+        stage(checked, staged)
+        place(staged, where)
     finally:
         if stage_dir.exists():
-            _writable(stage_dir)
+            make_writable(stage_dir)
             shutil.rmtree(stage_dir)
     return where
