@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NAME = "chainermn-rt"  # the package's folder and the module's name
+# the images' flavours (one module each in containers/flavors/)
 FLAVORS = ("cpu", "gpu", "gpu-upstream")
 
 

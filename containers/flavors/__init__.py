@@ -16,15 +16,17 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
+from chainermn_rt.install.layout import FLAVORS  # the one list: `install --flavor` checks it
 from containers.blocks import metadata
-from containers.flavors import cpu, gpu, gpu_upstream
 from containers.recipe import Recipe
 from containers.versions import load, package_version, python_pins
 
-MODULES: dict[str, ModuleType] = {"cpu": cpu, "gpu": gpu, "gpu-upstream": gpu_upstream}
-FLAVORS = tuple(MODULES)
+# flavour "a-b" is module containers.flavors.a_b
+MODULES: dict[str, ModuleType] = {
+    name: importlib.import_module(f"{__name__}.{name.replace('-', '_')}") for name in FLAVORS}
 
 
 def module(flavor: str) -> ModuleType:
