@@ -37,7 +37,7 @@ $(VENV)/.installed: pyproject.toml chainermn_rt/compat/chainer_fixes.py chainerm
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==26.3
 	$(PY) -m chainermn_rt.compat.build_chainer --out $(WHEELS)
-	$(PY) -m pip install -q --find-links $(WHEELS) -e '.[test,plot]' $(WHEELS)/chainer-*.whl
+	$(PY) -m pip install -q --find-links $(WHEELS) -e '.[test,plot,dali]' $(WHEELS)/chainer-*.whl
 	touch $@
 
 test: setup  ## run the whole test suite (real MPI, Slurm sandbox, Docker, Charliecloud)

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import chainer
@@ -37,23 +38,32 @@ def source(path: str, comm, args, train: bool):
     return FileSource(path, comm.rank, comm.size, train=train, seed=args.seed, root=args.root)
 
 
-def loaders(args, comm):
-    """(training Loader, validation Loader, class count) of ``--train`` and ``--val``."""
+def loaders(args, comm, device=None):
+    """(training loader, validation loader, class count) of ``--train`` and ``--val``, decoded
+    by ``--decoder``: ``turbo`` (libjpeg-turbo in worker processes) or ``dali`` (NVIDIA DALI on
+    ``device``'s GPU, or in its CPU-only mode on a CPU device)."""
     # here, not at the top: --synthetic runs where the decoder's libjpeg is missing
     from chainermn_rt.data.loader import Loader, default_workers
 
     if not (args.train and args.val):
         raise UserError("--train and --val are required without --synthetic")
     workers = default_workers() if args.workers is None else args.workers
+    make = Loader
+    if args.decoder == "dali":
+        from chainermn_rt.data.dali import DaliLoader, require
+
+        require()  # before reading anything: one line when DALI is missing
+        gpu = device.device.id if device is not None and device.xp is not numpy else None
+        make = functools.partial(DaliLoader, gpu=gpu)  # the same interface
     train, val = source(args.train, comm, args, True), source(args.val, comm, args, False)
     classes = max(len(train.classes), len(val.classes))
     if classes > args.n_class:
         raise UserError(f"--n-class: {args.n_class}, but the data has {classes} classes; "
                         f"allowed: at least {classes}", everywhere=True)
-    return (Loader(train, args.batchsize, TrainCrop(args.insize, args.seed), size=args.insize,
-                   workers=workers),
-            Loader(val, args.batchsize, CentreCrop(args.insize, args.val_resize),
-                   size=args.insize, workers=workers, repeat=False),
+    return (make(train, args.batchsize, TrainCrop(args.insize, args.seed), size=args.insize,
+                 workers=workers),
+            make(val, args.batchsize, CentreCrop(args.insize, args.val_resize),
+                 size=args.insize, workers=workers, repeat=False),
             classes)
 
 

@@ -9,6 +9,8 @@ Training: random-resized crop (area 8-100 %, aspect 3/4-4/3) + flip; validation:
 ``--val-resize`` + centre crop; both decode only the crop's region (chainermn_rt.data.jpeg) in
 ``--workers`` processes and hand uint8 over; the float conversion and ImageNet's per-channel
 normalisation run on the device. Validation counts every image once across the ranks.
+``--decoder dali`` decodes with NVIDIA DALI instead: on the rank's GPU, the batch handed to CuPy
+without a copy (chainermn_rt.data.dali; docs/data.md).
 
     chainermn-rt data pack /data/imagenet/train /lustre/shards/train --short-side 320
     chainermn-rt data pack /data/imagenet/val /lustre/shards/val
@@ -66,6 +68,10 @@ def main(argv=None) -> int:
     data.add_argument("--workers", type=int, default=None,
                       help="decoding processes per rank (0: in the training process; default: "
                            "the rank's CPUs less one)")
+    data.add_argument("--decoder", choices=("turbo", "dali"), default="turbo",
+                      help="turbo: libjpeg-turbo in --workers processes (default); dali: NVIDIA "
+                           "DALI on the rank's GPU (its CPU-only mode on CPUs; pyproject's dali "
+                           "extra), --workers its threads")
     data.add_argument("--shuffle-buffer", type=int, default=1000,
                       help="samples each rank holds to shuffle its shards' stream")
     parser.add_argument("--lr", type=float, default=0.01)
@@ -76,11 +82,12 @@ def main(argv=None) -> int:
     if args.synthetic:
         train, val = synthetic(args, comm)
     else:
-        train, val, _ = loaders(args, comm)
+        train, val, _ = loaders(args, comm, device)
     if comm.rank == 0:
         print(f"{comm.size} ranks, communicator {type(comm).__name__}, device {device}, "
               f"batch {args.batchsize} per rank, crop {args.insize}, "
-              f"loader workers {getattr(train, 'workers', 0)}", flush=True)
+              f"loader workers {getattr(train, 'workers', 0)}"
+              + ("" if args.synthetic else f", decoder {args.decoder}"), flush=True)
     model = L.Classifier(ResNet50(args.n_class))
     model.to_device(device)
     optimizer = chainermn.create_multi_node_optimizer(

@@ -15,7 +15,6 @@ the shard and key (the abort rule ends the job with that line).
 
 from __future__ import annotations
 
-import collections
 import itertools
 import os
 import shutil
@@ -23,15 +22,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import weakref
-from typing import NamedTuple
 
-import chainer
 import numpy
 
 from chainermn_rt.data import jpeg, worker
-from chainermn_rt.data.batch import Batch
+from chainermn_rt.data.iterator import BatchIterator, Job
 from chainermn_rt.data.shards import DataError
 
 POLL_S = 0.5  # how often a wait for a worker checks that it still lives
@@ -42,14 +38,7 @@ def default_workers() -> int:
     return max(0, len(os.sched_getaffinity(0)) - 1)
 
 
-class _Job(NamedTuple):
-    index: int
-    samples: list  # Sample
-    epoch_of: list  # the epoch each sample belongs to (a batch may straddle two)
-    end: tuple[int, int, bool]  # (epoch, position) after it, and whether it ended an epoch
-
-
-class Loader(chainer.dataset.Iterator):
+class Loader(BatchIterator):
     """A Chainer iterator of :class:`Batch` es of ``batch_size`` from ``source`` (a
     ``ShardSource`` or ``FileSource``) cropped by ``transform`` to ``size`` x ``size``.
     ``workers``: decoding processes (0: in this process; default: :func:`default_workers`).
@@ -57,14 +46,10 @@ class Loader(chainer.dataset.Iterator):
 
     def __init__(self, source, batch_size: int, transform, *, size: int = 224,
                  workers: int | None = None, repeat: bool = True, depth: int | None = None):
-        self.source, self.batch_size, self.transform = source, batch_size, transform
-        self.repeat, self.size = repeat, size
+        super().__init__(source, batch_size, repeat=repeat)
+        self.transform, self.size = transform, size
         self.workers = default_workers() if workers is None else workers
         self.depth = depth or max(2, 2 * self.workers)
-        self.epoch, self.current_position, self.is_new_epoch = 0, 0, False
-        self._previous_epoch_detail = -1.0
-        self.waited = 0.0  # seconds __next__ spent waiting for data
-        self._lengths: dict[int, int] = {}
         shape = (self.depth + 1, batch_size, size, size, 3)
         self._procs, self._conns, self._shm = [], [], None
         self._sent: set[int] = set()  # shards whose descriptor the workers hold
@@ -76,9 +61,7 @@ class Loader(chainer.dataset.Iterator):
             self._slots = numpy.empty(shape, numpy.uint8)
         self._restart()
 
-    # --- Chainer's iterator interface -------------------------------------------------------
-    def __next__(self) -> Batch:
-        start = time.perf_counter()
+    def _produce(self) -> tuple[Job, numpy.ndarray]:
         self._fill()
         if not self._inflight:
             raise StopIteration
@@ -88,95 +71,15 @@ class Loader(chainer.dataset.Iterator):
             self._wait(job)
         else:
             self._decode_here(job, slot)
-        self.waited += time.perf_counter() - start
-        self._previous_epoch_detail = self.epoch_detail
-        self.epoch, self.current_position, self.is_new_epoch = job.end
-        n = len(job.samples)
-        labels = numpy.fromiter((s.label for s in job.samples), numpy.int32, n)
-        return Batch(self._slots[slot, :n], labels)
+        return job, self._slots[slot, :len(job.samples)]
 
-    next = __next__
-
-    @property
-    def epoch_detail(self) -> float:
-        return self.epoch + self.current_position / self._length(self.epoch)
-
-    @property
-    def previous_epoch_detail(self) -> float | None:
-        return None if self._previous_epoch_detail < 0 else self._previous_epoch_detail
-
-    def reset(self) -> None:
-        self.epoch, self.current_position, self.is_new_epoch = 0, 0, False
-        self._previous_epoch_detail = -1.0
-        self._restart()
-
-    def serialize(self, serializer) -> None:
-        self.epoch = serializer("epoch", self.epoch)
-        self.current_position = serializer("current_position", self.current_position)
-        self.is_new_epoch = serializer("is_new_epoch", self.is_new_epoch)
-        self._previous_epoch_detail = serializer("previous_epoch_detail",
-                                                 self._previous_epoch_detail)
-        if isinstance(serializer, chainer.serializer.Deserializer):
-            self._restart()
+    def _drop_inflight(self) -> None:
+        if self.workers:
+            for job in self._inflight:
+                self._wait(job, check=False)
 
     def finalize(self) -> None:
         self._finalizer()
-
-    # --- reading ---------------------------------------------------------------------------
-    def _length(self, epoch: int) -> int:
-        if epoch not in self._lengths:
-            self._lengths[epoch] = self.source.length(epoch)
-        return max(1, self._lengths[epoch])
-
-    def _restart(self) -> None:
-        """Read on from (epoch, current_position): drop what is in flight, skip what was read."""
-        if getattr(self, "_inflight", None):
-            for job in self._inflight:
-                if self.workers:
-                    self._wait(job, check=False)
-        self._inflight: collections.deque[_Job] = collections.deque()
-        self._next_index = 0
-        self._read = (self.epoch, self.current_position)
-        self._stream = None
-        self._ended = False
-
-    def _samples_of(self, epoch: int, skip: int):
-        length, stream = self.source.length(epoch), self.source.stream(epoch)
-        self._lengths[epoch] = length
-        for _ in range(skip):  # read, not decoded
-            next(stream, None)
-        return length, stream
-
-    def _take(self) -> _Job | None:
-        """The next batch's samples, or None at the end of a one-pass loader."""
-        epoch, position = self._read
-        samples, epochs, crossed = [], [], False
-        while len(samples) < self.batch_size and not self._ended:
-            if self._stream is None:
-                self._stream = self._samples_of(epoch, position)
-            length, stream = self._stream
-            if position < length:
-                sample = next(stream, None)
-                if sample is None:
-                    raise DataError(f"{self.source_name()}: epoch {epoch} ended after {position} "
-                                    f"samples; its manifest promised {length}")
-                samples.append(sample)
-                epochs.append(epoch)
-                position += 1
-            if position >= length:  # the epoch is over
-                if not self.repeat:
-                    self._ended = True
-                    break
-                epoch, position, crossed, self._stream = epoch + 1, 0, True, None
-        self._read = (epoch, position)
-        if not samples:
-            return None
-        job = _Job(self._next_index, samples, epochs, (epoch, position, crossed))
-        self._next_index += 1
-        return job
-
-    def source_name(self) -> str:
-        return str(getattr(self.source, "folder", "data"))
 
     # --- decoding --------------------------------------------------------------------------
     def _fill(self) -> None:
@@ -192,7 +95,7 @@ class Loader(chainer.dataset.Iterator):
                 except OSError:  # a worker has gone: _wait says how
                     pass
 
-    def _dispatch(self, job: _Job) -> None:
+    def _dispatch(self, job: Job) -> None:
         """Send ``job`` to its worker: shards' descriptors it has not seen first, and images
         as spans of them (the worker reads them); images held here as one message after."""
         from multiprocessing.reduction import send_handle
@@ -220,7 +123,7 @@ class Loader(chainer.dataset.Iterator):
         if held:
             conn.send_bytes(b"".join(held))
 
-    def _decode_here(self, job: _Job, slot: int) -> None:
+    def _decode_here(self, job: Job, slot: int) -> None:
         try:
             worker.decode_into(self._slots[slot], [(s.key, s.image, s.shard)
                                                    for s in job.samples],
@@ -228,7 +131,7 @@ class Loader(chainer.dataset.Iterator):
         except jpeg.DecodeError as err:
             raise DataError(str(err)) from None
 
-    def _wait(self, job: _Job, check: bool = True) -> None:
+    def _wait(self, job: Job, check: bool = True) -> None:
         w = job.index % self.workers
         conn, proc = self._conns[w], self._procs[w]
         try:
