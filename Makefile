@@ -11,7 +11,7 @@ WHEELS  := build/wheels
 FLAVOR  ?= cpu
 # Debian packages the bundle uses on the build/login host.
 DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
-	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client \
+	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client slurmdbd mariadb-server \
 	iproute2 numactl hwloc-nox shellcheck lmod tcl8.6 \
 	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates \
 	libjpeg62-turbo-dev
@@ -64,7 +64,7 @@ lint: venv  ## ruff, shellcheck and hadolint
 	$(VENV)/bin/ruff check chainermn_rt tests examples bench containers
 	shellcheck .ci/run
 	$(VENV)/bin/hadolint containers/cpu/Dockerfile containers/gpu/Dockerfile \
-	  containers/gpu-upstream/Dockerfile
+	  containers/gpu-upstream/Dockerfile containers/gpu-dali/Dockerfile
 
 recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blocks and pyproject
 	$(PYTHON) -m containers.generate
@@ -72,7 +72,7 @@ recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blo
 base:  ## Debian base image by debootstrap from the host's apt mirror (no registry needed)
 	$(PYTHON) -m containers.base
 
-image:  ## build FLAVOR=cpu|gpu|gpu-upstream (ENGINE=docker|podman|buildah; BASE=image for both stages)
+image:  ## build FLAVOR=cpu|gpu|gpu-upstream|gpu-dali (ENGINE=docker|podman|buildah; BASE=image for both stages)
 	$(PYTHON) -m containers.build image --flavor $(FLAVOR) \
 	  $(if $(ENGINE),--engine $(ENGINE)) $(if $(BASE),--base $(BASE))
 

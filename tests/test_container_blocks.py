@@ -12,6 +12,7 @@ from containers.blocks import (
     bundle,
     cuda,
     cupy,
+    dali,
     debian_source,
     gdrcopy,
     libjpeg_turbo,
@@ -237,6 +238,16 @@ def test_cupy():
         " /v/lib/python3*/site-packages/nvidia/cusolver/lib/libcusolverMg.so.*"
         " /v/lib/python3*/site-packages/nvidia/nccl/lib/libnccl_device.*\n")
     assert block.library_dirs == ("/v/lib/python3*/site-packages/nvidia/*/lib",)
+
+
+def test_dali():
+    """DALI's wheels in a step of their own: a change to chainermn_rt does not download them."""
+    block = dali.block({"optree": "0.2", "nvidia-dali-cuda120": "9.9"})
+    assert docker(*block.build) == (
+        "# NVIDIA DALI and what it needs (pyproject's dali extra)\n"
+        f"RUN {CACHE}{SECRET}{CA_PRELUDE} && \\\n"
+        "    pip install nvidia-dali-cuda120==9.9 optree==0.2\n")
+    assert block.runtime == block.library_dirs == block.runtime_packages == ()
 
 
 def test_compose_registers_library_dirs_and_keeps_build_only_things_out():

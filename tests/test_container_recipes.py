@@ -176,6 +176,31 @@ def test_gpu_recipe_builds_from_debian_sources_and_pypi_wheels():
         assert needle not in runtime, needle
 
 
+def test_gpu_dali_is_the_gpu_recipe_and_dalis_step():
+    """The opt-in gpu-dali image: exactly the gpu image's text, with DALI's step before
+    chainermn_rt's sources, the dali extra installed and listed, and its own name."""
+    gpu = (REPO / "containers/gpu/Dockerfile").read_text()
+    dali = {k: v for k, v in python_pins(("dali",)).items() if k not in python_pins()}
+    assert dali["nvidia-dali-cuda120"] == "2.4.0" and "numpy" not in dali
+    step = ("# NVIDIA DALI and what it needs (pyproject's dali extra)\n"
+            "RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=ca-bundle,"
+            f"target=/run/secrets/ca-bundle {CA_PRELUDE} && \\\n"
+            f"    pip install {' '.join(f'{k}=={dali[k]}' for k in sorted(dali))}\n")
+    sources = "COPY pyproject.toml /opt/chainermn_rt/src/pyproject.toml\n"
+    cudnn = '      io.chainermn-rt.nvidia-cudnn-cu12="8.9.7.29" \\\n'
+    want = (gpu.replace(sources, step + sources)
+            .replace("/opt/chainermn_rt/src[gpu]'", "/opt/chainermn_rt/src[gpu,dali]'")
+            .replace("containers/gpu/VERSIONS", "containers/gpu-dali/VERSIONS")
+            .replace('title="chainermn-rt-gpu"', 'title="chainermn-rt-gpu-dali"')
+            .replace(cudnn, cudnn + '      io.chainermn-rt.nvidia-dali-cuda120="2.4.0" \\\n'))
+    assert want.count(step) == want.count("src[gpu,dali]'") == 1
+    assert (REPO / "containers/gpu-dali/Dockerfile").read_text() == want
+    versions = tomllib.loads((REPO / "containers/gpu-dali/VERSIONS").read_text())
+    assert versions["flavor"] == "gpu-dali" and versions["python"] == python_pins(("gpu", "dali"))
+    assert versions["system"] == tomllib.loads(
+        (REPO / "containers/gpu/VERSIONS").read_text())["system"]
+
+
 def test_gpu_upstream_recipe_has_the_whole_registry_stack():
     text = (REPO / "containers/gpu-upstream/Dockerfile").read_text()
     for needle in ("nvidia/cuda:12.", "libibverbs-dev", "librdmacm-dev",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 NAME = "chainermn-rt"  # the package's folder and the module's name
 # the images' flavours (one module each in containers/flavors/)
-FLAVORS = ("cpu", "gpu", "gpu-upstream")
+FLAVORS = ("cpu", "gpu", "gpu-upstream", "gpu-dali")
 
 
 @dataclass(frozen=True)

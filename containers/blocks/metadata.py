@@ -23,7 +23,8 @@ from containers.recipe import Copy, Label
 
 VERSIONS_PATH = "/opt/chainermn_rt/VERSIONS"
 # The Python packages named in the images' labels (all pins are in VERSIONS).
-LABELLED = ("chainer", "numpy", "mpi4py", "cupy-cuda12x", "nvidia-nccl-cu12", "nvidia-cudnn-cu12")
+LABELLED = ("chainer", "numpy", "mpi4py", "cupy-cuda12x", "nvidia-nccl-cu12", "nvidia-cudnn-cu12",
+            "nvidia-dali-cuda120")
 
 
 def labels(flavor: str, version: str, system: dict[str, str],

@@ -5,13 +5,14 @@
   wheels; UCX and Open MPI built CUDA-aware from Debian 12's signed source packages.
 - ``gpu-upstream``: NVIDIA's CUDA images and upstream UCX, PMIx, Open MPI and gdrcopy
   tarballs, for a site whose registry serves the CUDA images.
+- ``gpu-dali``: the gpu image and NVIDIA DALI (GPU JPEG decoding; opt-in: about 1.1 GB more).
 
 Example::
 
     >>> [s.name for s in recipe("cpu").stages]
     ['build', 'runtime']
     >>> FLAVORS
-    ('cpu', 'gpu', 'gpu-upstream')
+    ('cpu', 'gpu', 'gpu-upstream', 'gpu-dali')
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from containers.blocks import (
     rdma_core,
     ucx,
 )
-from containers.recipe import Recipe
+from containers.recipe import Block, Recipe
 from containers.versions import pip_pin, python_pins
 
 BASE = "debian"
@@ -44,7 +44,10 @@ def system_versions(v: dict) -> dict[str, str]:
             "libjpeg-turbo": debian_source.upstream(d["libjpeg-turbo"])}
 
 
-def recipe(v: dict) -> Recipe:
+def recipe(v: dict, flavor: str = "gpu", extras: tuple[str, ...] = EXTRAS,
+           added: tuple[Block, ...] = ()) -> Recipe:
+    """The gpu image; ``added`` blocks go in before chainermn_rt, which installs ``extras``
+    (the gpu-dali flavour: DALI's block and extra)."""
     prefix, d = v["image"]["prefix"], v["debian"]
     gpu_pins = python_pins(EXTRAS)
     wheel_pins = {k: p for k, p in gpu_pins.items() if k not in python_pins()}
@@ -55,14 +58,15 @@ def recipe(v: dict) -> Recipe:
               mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
               cupy.block(wheel_pins, f"{prefix}/venv"),
               libjpeg_turbo.debian(d["libjpeg-turbo"]),
-              bundle.block(f"{prefix}/src", EXTRAS)]
+              *added,
+              bundle.block(f"{prefix}/src", extras)]
     base = d["base"]
-    return Recipe("gpu", [
+    return Recipe(flavor, [
         compose.build_stage(base, blocks, comment=(
             "compilers, Python, rdma-core (verbs, rdmacm), Debian's PMIx, libevent, hwloc and"
             "\nlibjpeg-turbo, and what unpacking and building Debian's source packages needs")),
-        compose.runtime_stage(base, blocks, compose.final_steps("gpu", v, system_versions(v),
-                                                                EXTRAS),
+        compose.runtime_stage(base, blocks, compose.final_steps(flavor, v, system_versions(v),
+                                                                extras),
                               comment="the run-time stack only: Python, rdma-core, PMIx, NUMA, "
                                       "libjpeg-turbo"),
     ])
