@@ -24,6 +24,10 @@ torch-step      the same steps, model and data in PyTorch eager with TF32 off (c
 bench-train     ``chainermn-rt bench train`` (ResNet-50, ``pure_nccl``) on one rank
 fix-set         tests/test_chainer_fixes.py on this stack: every test passes
 example         examples/train_imagenet.py on synthetic images for a few iterations
+dali            bench/dali_gpu.py: the DALI loader on GPU 0 (batches CuPy arrays over DALI's
+                memory, labels and the exact validation split, pixels against libjpeg-turbo's)
+                and its rate; ``n/a`` where DALI (the gpu-dali image's; its 424 MB wheel cannot
+                travel with the offline wheels), Pillow or the JPEG decoder do not import
 ==============  ============================================================================
 
 ``--out`` receives three files: ``gpu-check.log`` (every command and its output),
@@ -374,6 +378,25 @@ def example(run: Run, timeout: float) -> str:
     return line[-1] + " (synthetic images made on the CPU: a check, not a rate)"
 
 
+DALI_NEEDS = "import nvidia.dali, PIL; from chainermn_rt.data import jpeg"
+
+
+def dali_loader(run: Run, timeout: float) -> str:
+    probe = run.python("-c", DALI_NEEDS, timeout=60, check=False)
+    if probe.returncode != 0:
+        lines = probe.stdout.strip().splitlines()
+        raise NotApplicable(f"{lines[-1] if lines else 'it does not import'} (DALI: the gpu-dali "
+                            "image, or pip install 'chainermn-rt[dali]')")
+    size = ["--images", "512", "--batch", "64", "--threads", "4"] if run.gpu else \
+        ["--images", "64", "--batch", "8", "--threads", "1"]
+    found = last_json(run.python("bench/dali_gpu.py", "--device", run.device, *size,
+                                 timeout=timeout).stdout)
+    run.rates["dali"] = found
+    return (f"{found['images_per_s']} images/s ({found['device']}, batch {found['batch']}, "
+            f"{found['threads']} threads), {found['zero_copy_batches']} batches without a copy, "
+            f"{found['validation_images']} validation images once")
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -393,6 +416,7 @@ STEPS = (
     Step("bench-train", 60, bench_train),
     Step("fix-set", 90, fix_set),
     Step("example", 60, example),
+    Step("dali", 90, dali_loader),
 )
 
 

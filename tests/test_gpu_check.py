@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,8 +169,12 @@ def test_every_step_runs_in_an_environment_like_the_gpu_machines(machine_venv, o
     assert proc.returncode == 0, (out / gpu_check.LOG).read_text()[-6000:]
     steps = [s.name for s in gpu_check.STEPS]
     assert list(summary) == steps
-    assert all(summary[s][0] == gpu_check.OK for s in steps if s != "torch-step"), summary
+    assert all(summary[s][0] == gpu_check.OK for s in steps
+               if s not in ("torch-step", "dali")), summary
     assert summary["torch-step"][0] == gpu_check.NA  # its own test below
+    assert summary["dali"][0] == gpu_check.NA  # as on the GPU machine; its own test below
+    assert re.match(r"ModuleNotFoundError: No module named 'nvidia(\.dali)?' \(DALI: the "
+                    r"gpu-dali image", summary["dali"][1]), summary["dali"]
     assert summary["gpu-tests"][1] == f"0 passed, {gpu_check.GPU_TESTS} skipped of " \
                                       f"{gpu_check.GPU_TESTS}"
     # what comes back from the machine: three small files, no environment
@@ -243,6 +248,18 @@ def test_the_torch_step_in_pytorch_on_the_cpu(tmp_path):
                                                                  "framework")} == \
         {k: v for k, v in found["chainer"].items() if k not in ("what", "images_per_s",
                                                                 "framework")}
+
+
+def test_the_dali_step_in_dalis_cpu_mode(tmp_path):
+    """The dali step where DALI imports (this venv: pyproject's dali extra), in DALI's CPU-only
+    mode: bench/dali_gpu.py's checks hold; the same program runs on GPU 0 there."""
+    with open(tmp_path / "log", "w") as log:
+        run = gpu_check.Run("cpu", tmp_path, tmp_path, tmp_path, 1, 1, 1, log,
+                            env=dict(os.environ), deadline=time.monotonic() + 300)
+        detail = gpu_check.dali_loader(run, 240)
+    assert run.rates["dali"]["device"] == "cpu" and run.rates["dali"]["images_per_s"] > 0
+    assert run.rates["dali"]["validation_images"] == 20, run.rates["dali"]
+    assert detail.endswith("batches without a copy, 20 validation images once"), detail
 
 
 def test_both_frameworks_train_on_the_same_data():
