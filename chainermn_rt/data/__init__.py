@@ -7,7 +7,8 @@ node-local storage, decoded by worker processes at the core's limit (docs/data.m
 - ``shards``, ``manifest``: the WebDataset layout (``<key>.jpg`` + ``<key>.cls``) and its
   manifest; ``sources``: what each rank reads per epoch;
 - ``loader``, ``worker``, ``batch``: batches of uint8 images from worker processes, and the
-  converter that normalises them on the device;
+  converter that normalises them on the device; ``iterator``: what loaders share (epochs,
+  ``serialize``); ``dali``: the same batches decoded by NVIDIA DALI (GPU, or its CPU mode);
 - ``pack``, ``stage``, ``synthetic``: ``chainermn-rt data pack``, ``data stage`` (node-local
   copies, docs/staging.md), ``data synth`` (made-up JPEGs).
 """
