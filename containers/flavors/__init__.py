@@ -27,7 +27,7 @@ from containers.versions import load, package_version, python_pins
 
 # flavour "a-b" is module containers.flavors.a_b
 MODULES: dict[str, ModuleType] = {
-    name: importlib.import_module(f"{__name__}.{name.replace('-', '_')}") for name in FLAVORS}
+    name: importlib.import_module(f"{__package__}.{name.replace('-', '_')}") for name in FLAVORS}
 
 
 def module(flavor: str) -> ModuleType:
