@@ -86,7 +86,7 @@ sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
 	$(PYTHON) -m containers.build sqfs --flavor $(FLAVOR)
 
 install-wheels: venv  ## wheels of the host's chainermn-rt for `make install` (for $(PYTHON)'s version)
-	$(PY) -m bench.offline_wheels --host $(PYTHON) --out build/install-wheels
+	$(PY) -m containers.offline_wheels --host $(PYTHON) --out build/install-wheels
 
 install: install-wheels  ## make install SITE=FILE PREFIX=DIR [IMAGE=PATH]: the bundle and its module files (docs/install.md)
 	$(RT) install --site "$(SITE)" --prefix "$(PREFIX)" $(if $(IMAGE),--image "$(IMAGE)") \
@@ -97,8 +97,8 @@ reframe-venv: venv  ## ReFrame 4.10.4 for the checks in chainermn_rt/reframe (bu
 	build/reframe-venv/bin/pip install -q --no-deps $$($(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["reframe"])')
 	build/reframe-venv/bin/pip install -q --no-deps .
 
-offline-wheels: venv  ## what bench/gpu_check.py's offline GPU machine lacks, in build/offline-wheels (docs/benchmarks.md)
-	$(PY) -m bench.offline_wheels --out build/offline-wheels
+offline-wheels: venv  ## what tests/gpu_check.py's offline GPU machine lacks, in build/offline-wheels (docs/benchmarks.md)
+	$(PY) -m containers.offline_wheels --out build/offline-wheels
 
 clean:  ## remove build outputs (not the venv)
 	rm -rf build dist *.egg-info

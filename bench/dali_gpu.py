@@ -11,7 +11,7 @@ On ImageNet-like JPEGs made here (chainermn_rt.data.synthetic, Pillow) packed in
 - the rate: images/s of the training loader over the shards, median of 3 passes after one of
   warm-up (reported, not checked).
 
-Prints one JSON line; exit 1 naming the first check that fails. bench/gpu_check.py's ``dali``
+Prints one JSON line; exit 1 naming the first check that fails. tests/gpu_check.py's ``dali``
 step runs it on a GPU; ``--device cpu`` runs the same in DALI's CPU-only mode (NumPy arrays).
 
     python bench/dali_gpu.py --device gpu --images 512

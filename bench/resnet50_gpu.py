@@ -5,7 +5,7 @@ float32 images and labels (:func:`synthetic`, made once and sent to the device),
 softmax cross-entropy, backward, momentum SGD, in full float32 (TF32 off in both: CuPy's
 default, PyTorch's set here); ``--warmup`` iterations first (kernel compilation, cuDNN
 autotuning, memory pools), then ``--iterations`` timed between two device synchronisations.
-Prints one JSON line. bench/gpu_check.py runs it on a GPU; ``--device cpu`` runs it on NumPy
+Prints one JSON line. tests/gpu_check.py runs it on a GPU; ``--device cpu`` runs it on NumPy
 or PyTorch's CPU (a smoke test, with a small ``--insize``).
 
     python bench/resnet50_gpu.py --framework chainer --batch 64

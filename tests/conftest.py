@@ -98,7 +98,7 @@ def json_objects(text: str) -> list[dict]:
     return found
 
 
-# "1" (bench/gpu_check.py on a GPU machine): no usable GPU is an error, not a reason to skip
+# "1" (tests/gpu_check.py on a GPU machine): no usable GPU is an error, not a reason to skip
 REQUIRE_GPU_VAR = "CHAINERMN_RT_REQUIRE_GPU"
 
 

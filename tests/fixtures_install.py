@@ -20,7 +20,7 @@ MODULES_CACHE = REPO / "build" / "environment-modules"
 @pytest.fixture(scope="session")
 def wheels(tmp_path_factory):
     out = tmp_path_factory.mktemp("install-wheels")
-    subprocess.run([sys.executable, "-m", "bench.offline_wheels", "--host", sys.executable,
+    subprocess.run([sys.executable, "-m", "containers.offline_wheels", "--host", sys.executable,
                     "--out", str(out)], cwd=REPO, check=True, capture_output=True, timeout=600)
     return out
 

@@ -25,7 +25,7 @@ from chainermn_rt.compat import chainer_fixes as fixes
 
 from conftest import PYTHON, REPO, json_objects, run_mpi
 
-# `make venv`'s wheels and pristine sdist; bench/gpu_check.py points it at the offline set
+# `make venv`'s wheels and pristine sdist; tests/gpu_check.py points it at the offline set
 WHEELS = Path(os.environ.get("CHAINERMN_RT_WHEELS") or REPO / "build" / "wheels")
 
 

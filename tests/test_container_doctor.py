@@ -139,7 +139,7 @@ def _fake_cupy(site: Path, version: str) -> None:
 
 
 def test_outside_an_image_nccl_and_cudnn_are_read_from_nvidias_wheels(tmp_path):
-    """The GPU machine of bench/gpu_check.py: NCCL and cuDNN 9 in site-packages/nvidia/*/lib,
+    """The GPU machine of tests/gpu_check.py: NCCL and cuDNN 9 in site-packages/nvidia/*/lib,
     CuPy 14 (no cuDNN binding), no pins: versions are what is there."""
     site = tmp_path / "site"
     _fake_lib(site / "nvidia" / "nccl" / "lib", "libnccl.so.2")

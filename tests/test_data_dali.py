@@ -1,5 +1,5 @@
 """The DALI loader (chainermn_rt/data/dali.py) in DALI's CPU-only mode, the code path a GPU runs
-with ``gpu=0`` (bench/gpu_check.py's ``dali`` step checks that one): the same samples, labels
+with ``gpu=0`` (tests/gpu_check.py's ``dali`` step checks that one): the same samples, labels
 and split as the libjpeg-turbo loader, every validation image once across two ranks, batches
 bit-identical from run to run and after a resume, damage named in one line, and DALI's absence
 one line naming the option. DALI comes from pyproject's ``dali`` extra (``make setup``): its

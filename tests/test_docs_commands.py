@@ -45,7 +45,7 @@ IN_TEXT = re.compile(r"`((?:python3?|make) [^`\n]+)`")
 VARIABLES = {"PWD": str(REPO), "USER": "me", "OUT": "/tmp/out"}
 # chainermn-rt's commands that reach Slurm, and programs that need a GPU
 SLURM_COMMANDS = ("submit", "scaling", "sandbox", "rank")
-GPU_PROGRAMS = ("bench.gpu_check", "bench.resnet50_gpu")
+GPU_PROGRAMS = ("tests.gpu_check", "bench.resnet50_gpu")
 SLURM_CLIENTS = ("srun", "sbatch", "salloc", "scontrol", "squeue", "sinfo", "scancel", "sacct",
                  "reframe")
 SRUN_VALUE_OPTIONS = {"-N", "-n", "-p", "-t", "-c", "-w", "-x", "--nodes", "--ntasks",
@@ -278,7 +278,7 @@ def test_what_the_checks_find(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("Run `python bench/allreduce.py --repeat 9` or `python -m bench.allreduce "
                    "--repeat 9`.\n\n```sh\nsrun -N 2 hostname\nfrobnicate --now\n"
-                   "python3 bench/gpu_check.py --out x\n"
+                   "python3 tests/gpu_check.py --out x\n"
                    "# on the cluster (these need a cluster):\nsbatch job.sh\n"
                    "chainermn-rt doctor --site dgx-h100 --nodes 2\n\n"
                    "chainermn-rt render --site dgx-h100 --nodez 2 -- true\n```\n")

@@ -1,4 +1,4 @@
-"""bench/gpu_check.py, rehearsed here as it will run on the lent GPU machine.
+"""tests/gpu_check.py, rehearsed here as it will run on the lent GPU machine.
 
 That machine (docs/benchmarks.md) has Python 3.12 in a venv of its own with NumPy 2.5, CuPy,
 PyTorch and mpi4py, no MPI library, no network, and gets one try. The rehearsal makes such a
@@ -20,10 +20,10 @@ import time
 import zipfile
 from pathlib import Path
 
+import gpu_check
 import pytest
 
-from bench import gpu_check
-from bench import offline_wheels as offline_wheels_module
+from containers import offline_wheels as offline_wheels_module
 
 from conftest import PYTHON, REPO, require_commands
 
@@ -52,7 +52,7 @@ exec "$@"
 @pytest.fixture(scope="module")
 def offline_wheels(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("offline-wheels")
-    proc = subprocess.run([PYTHON, "-m", "bench.offline_wheels", "--out", str(out)], cwd=REPO,
+    proc = subprocess.run([PYTHON, "-m", "containers.offline_wheels", "--out", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return out
@@ -83,7 +83,7 @@ def machine_venv(tmp_path_factory) -> Path:
 
 def _rehearse(venv: Path, wheels: Path, out: Path, *args: str, pythonpath: str = "",
               timeout: float = 900) -> subprocess.CompletedProcess:
-    """bench/gpu_check.py under the venv's Python, with no MPI and no ssh on the system."""
+    """tests/gpu_check.py under the venv's Python, with no MPI and no ssh on the system."""
     require_commands("unshare", "mount")
     stub = out.parent / "hidden.sh"
     stub.write_text('#!/bin/sh\necho "hidden by the rehearsal: $0" >&2\nexit 127\n')
@@ -92,7 +92,7 @@ def _rehearse(venv: Path, wheels: Path, out: Path, *args: str, pythonpath: str =
     env = {"HOME": os.environ.get("HOME", "/root"), "PATH": f"{venv}/bin:/usr/bin:/bin",
            "LANG": "C.UTF-8", "PYTHONPATH": pythonpath}
     argv = ["unshare", "--mount", "--propagation", "private", "bash", "-c", HIDE, "hide",
-            str(stub), *present, "--", str(venv / "bin/python"), "bench/gpu_check.py",
+            str(stub), *present, "--", str(venv / "bin/python"), "tests/gpu_check.py",
             "--wheels", str(wheels), "--out", str(out), *args]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -299,7 +299,7 @@ def test_a_step_past_its_time_is_killed_with_what_it_started(tmp_path):
 
 
 def test_dry_run_lists_the_steps_and_their_limits():
-    proc = subprocess.run([PYTHON, "bench/gpu_check.py", "--dry-run"], cwd=REPO,
+    proc = subprocess.run([PYTHON, "tests/gpu_check.py", "--dry-run"], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert [line.split()[0] for line in proc.stdout.splitlines()] == \
@@ -314,7 +314,7 @@ def test_dry_run_lists_the_steps_and_their_limits():
     (["--out", "pyproject.toml"], "--out: pyproject.toml is not a folder"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
-    proc = subprocess.run([PYTHON, "bench/gpu_check.py", "--wheels", str(tmp_path), *args],
+    proc = subprocess.run([PYTHON, "tests/gpu_check.py", "--wheels", str(tmp_path), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
@@ -322,7 +322,7 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path):
 
 def test_the_python_it_starts_with_needs_only_the_standard_library():
     # -S -I: no site-packages, as on the GPU machine before its first step
-    proc = subprocess.run([sys.executable, "-S", "-I", str(REPO / "bench/gpu_check.py"),
+    proc = subprocess.run([sys.executable, "-S", "-I", str(REPO / "tests/gpu_check.py"),
                            "--dry-run"], capture_output=True, text=True, timeout=60,
                           check=False)
     assert proc.returncode == 0, proc.stderr

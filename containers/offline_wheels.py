@@ -1,4 +1,4 @@
-"""Wheels for bench/gpu_check.py on an offline GPU machine with its own Python 3.12.
+"""Wheels for tests/gpu_check.py on an offline GPU machine with its own Python 3.12.
 
 Builds the patched chainer wheel (its pristine sdist kept beside it, in ``sdist/``, for the fix
 set's tests) and the chainermn_rt wheel here (with a Python 3.12: its JPEG decoder is compiled;
@@ -8,7 +8,7 @@ CuPy and PyTorch: Open MPI's PyPI wheel (the machine has no MPI library; it puts
 ``mpirun`` into the environment's prefix), mpi4py, setuptools >= 82 (no ``pkg_resources``,
 which a fix-set test asserts) and the pure-Python rest. docs/benchmarks.md says how to carry it.
 
-    python -m bench.offline_wheels --out build/offline-wheels     # `make offline-wheels`
+    python -m containers.offline_wheels --out build/offline-wheels     # `make offline-wheels`
 """
 
 from __future__ import annotations
