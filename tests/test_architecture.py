@@ -84,6 +84,14 @@ def test_each_module_imports_only_from_floors_below():
     assert upward == []
 
 
+def test_the_benchmark_scripts_import_only_from_floors_below_theirs():
+    floors = documented_floors()
+    upward = [f"{path.relative_to(REPO)} imports {other} (floor {floors[other]})"
+              for path in sorted((REPO / "bench").glob("*.py"))
+              for other in imported_units(path) if floors[other] <= floors["bench/"]]
+    assert upward == []
+
+
 def test_no_command_imports_another():
     commands = PACKAGE / "commands"
     crossing = []
