@@ -29,6 +29,7 @@ from chainermn_rt.rank_contract import (
     STAGE_LIVE_JOBS_VAR,
     STOP_DONE_SUFFIX,
     STOP_FILE_VAR,
+    STOP_READY_SUFFIX,
     check_settings,
     dump_slots,
 )
@@ -91,6 +92,7 @@ class Stop:
     max_requeues: int
     file_var: str = STOP_FILE_VAR
     done_suffix: str = STOP_DONE_SUFFIX
+    ready_suffix: str = STOP_READY_SUFFIX
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ ABORT_ON_ERROR_VAR = "CHAINERMN_RT_ABORT_ON_ERROR"
 # writes STOP_FILE + STOP_DONE_SUFFIX (holding the snapshot's folder) for the shell to requeue.
 STOP_FILE_VAR = "CHAINERMN_RT_STOP_FILE"
 STOP_DONE_SUFFIX = ".done"
+# Rank 0 of such a program creates STOP_FILE + STOP_READY_SUFFIX when it starts: a stop that gets
+# no snapshot in time still requeues the job, which resumes from the snapshot before.
+STOP_READY_SUFFIX = ".resumable"
 # The stall watchdog (chainermn_rt.watchdog): seconds a collective may wait for a rank (0: off),
 # "abort" or "warn" when it does, seconds a rank may go silent while others wait (dead, node
 # lost), and seconds MPI's start-up may take (0: no limit).

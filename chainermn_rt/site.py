@@ -157,6 +157,8 @@ class SandboxTable:
     nodes: int | None = None
     # hwloc XML every node's tasks see as their hardware (HWLOC_XMLFILE): a GPU node, faked
     hwloc_xml: Path | None = None
+    # MariaDB + slurmdbd: sacct, accounts and QOS enforced, QOS preemption (accounting.py)
+    accounting: bool = True
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ class Site:
     # [checks] allreduce_busbw_gbps: the bus bandwidth `chainermn-rt doctor` expects (GB/s)
     allreduce_busbw_gbps: float | None = None
     max_requeues: int = 3  # requeues of one job after a snapshot on the signal (with requeue)
+    # seconds a preempted job runs on after the site's preemption signal (its QOS GraceTime)
+    grace_time: int | None = None
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one (the one marked default, else the first)."""
@@ -430,8 +434,9 @@ def _sandbox(data: Any, path: Path) -> SandboxTable | None:
         if not xml.is_file():
             raise UserError(f"{t.at('hwloc_xml')}: {xml} is not a file; allowed: an hwloc XML "
                             "file (lstopo --of xml), relative to the profile's folder")
+    accounting = t.get("accounting", bool, True)
     t.done()
-    return SandboxTable(subnet=subnet, nodes=nodes, hwloc_xml=xml)
+    return SandboxTable(subnet=subnet, nodes=nodes, hwloc_xml=xml, accounting=accounting)
 
 
 def _checks(data: Any) -> float | None:
@@ -461,6 +466,22 @@ def _signal(text: str | None) -> str | None:
     if not m or m.group(1) not in BATCH_SIGNALS or not 10 <= int(m.group(2)) <= 65535:
         raise UserError(f"signal: {text!r} is not allowed; allowed: {SIGNAL_ALLOWED}")
     return f"{m.group(1)}@{int(m.group(2))}"
+
+
+def _grace_time(value: int | None, signal: str | None) -> int | None:
+    """A preempted job's grace time must cover the signal's lead: the batch shell's wait for a
+    snapshot (decided from the lead) then ends before Slurm kills the job."""
+    if value is None:
+        return None
+    allowed = "whole seconds 1-65535, at least the signal's lead"
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise UserError(f"grace_time: {value!r} is not allowed; allowed: {allowed}")
+    lead = int(signal.partition("@")[2]) if signal else 0
+    if value < lead:
+        raise UserError(f"grace_time: {value} s is shorter than the lead of signal = "
+                        f"\"{signal}\"; allowed: at least {lead} s (the signal must come before "
+                        "the grace time ends), or a signal with a shorter lead")
+    return value
 
 
 def parse_site(data: dict[str, Any], path: Path) -> Site:
@@ -501,6 +522,8 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
                           "compute nodes"),
         signal=signal, requeue=t.get("requeue", bool, False),
         max_requeues=t.get("max_requeues", int, 3, allowed="0-1000"),
+        grace_time=_grace_time(t.get("grace_time", int, None, allowed="whole seconds 1-65535"),
+                               signal),
         socket_ifname=t.nonempty("socket_ifname", None, allowed="a network interface's name "
                                  "(or NCCL's list, e.g. \"^docker,lo\")"),
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),

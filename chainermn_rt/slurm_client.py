@@ -5,9 +5,9 @@
 >>> slurm.wait(job)                                # doctest: +SKIP
 FinalState(state='COMPLETED', exit_code=0)
 
-The final state is read from Slurm (``scontrol show job``, then ``sacct``), never from
-``sbatch --wait``'s status alone: a job whose step timed out can still exit 0. A cluster
-without accounting (the sandbox) passes its own ``records`` in place of ``sacct``.
+The final state is read from Slurm (``scontrol show job`` until it ends, then ``sacct``), never
+from ``sbatch --wait``'s status alone: a job whose step timed out can still exit 0. A cluster
+without accounting (a sandbox with ``accounting = false``) passes its own ``records`` instead.
 
 What a client command prints is untrusted: read up to :data:`MAX_ANSWER_BYTES` (more is a
 UserError), decoded as UTF-8 with replacement characters; one that does not end in time is
@@ -66,6 +66,7 @@ class Slurm:
 
     env: Mapping[str, str] | None = None
     records: Callable[[str], FinalState | None] | None = None
+    accounting: bool = True  # sacct answers (a cluster without slurmdbd: False)
 
     def run(self, argv: list[str], timeout: float = 120, cwd: str | Path | None = None
             ) -> subprocess.CompletedProcess:
@@ -150,12 +151,23 @@ class Slurm:
         return Path(out) if out else None
 
     def state(self, job_id: str) -> FinalState | None:
-        """The job's final state, or None while it is pending or running."""
+        """The job's final state, or None while it is pending, running or requeued: once
+        ``scontrol`` says it ended (or has forgotten it), ``sacct``'s record where there is
+        accounting, else scontrol's, else ``records``."""
         fields = self.show(job_id)
-        if fields.get("JobState"):
-            return final_state(fields["JobState"], fields.get("ExitCode", "0:0"))
-        if self.records is not None:
-            return self.records(str(job_id))
+        current = final_state(fields["JobState"], fields.get("ExitCode", "0:0")) \
+            if fields.get("JobState") else None
+        if fields.get("JobState") and current is None:
+            return None
+        if self.accounting and (found := self.accounted(job_id)) is not None:
+            return found
+        if current is not None or self.records is None:
+            return current
+        return self.records(str(job_id))
+
+    def accounted(self, job_id: str) -> FinalState | None:
+        """``sacct``'s final state of the job's latest run; None when sacct has none (yet), or
+        the cluster keeps no accounts."""
         proc = self.run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "State,ExitCode"],
                         timeout=60)
         line = proc.stdout.strip().splitlines()[:1] if proc.returncode == 0 else []

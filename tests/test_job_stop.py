@@ -21,13 +21,15 @@ from chainermn_rt.site import load_site, resolve_site
 from chainermn_rt.submission import write_script
 
 SRUN = """#!/bin/sh
-# The ranks: started; on the stop file, a snapshot (STUB_SNAPSHOT=1) or none; or fail at once.
+# The ranks: started (saying they resume, with STUB_RESUMABLE=1); on the stop file, a snapshot
+# (STUB_SNAPSHOT=1) or none, then exit STUB_STOP_EXIT; or fail at once.
+[ "${STUB_RESUMABLE:-0}" = 1 ] && touch "$CHAINERMN_RT_STOP_FILE.resumable"
 touch "$STUB_DIR/started"
 [ -n "${STUB_EXIT:-}" ] && exit "$STUB_EXIT"
 while [ ! -e "$CHAINERMN_RT_STOP_FILE" ]; do sleep 0.05; done
 [ "${STUB_SNAPSHOT:-1}" = 1 ] && echo /out/snapshots/iter_000000120 > "$CHAINERMN_RT_STOP_FILE.done"
 touch "$STUB_DIR/ended"
-exit 0
+exit "${STUB_STOP_EXIT:-0}"
 """
 SCONTROL = '#!/bin/sh\necho "$@" >> "$STUB_DIR/scontrol.log"\n'
 # The trap's touch returns only after the step has ended: the race CI once met (the step
@@ -108,6 +110,20 @@ def test_ranks_that_write_no_snapshot_are_not_requeued(tmp_path):
     proc, asked = _run(tmp_path, {"STUB_SNAPSHOT": "0"})
     assert (proc.returncode, asked) == (0, []), proc.stderr
     assert "the ranks wrote no snapshot" in proc.stderr
+
+
+@pytest.mark.parametrize("restarts, asked, status", [("0", ["requeue 77"], 0), ("3", [], 143)])
+def test_a_resumable_program_without_a_snapshot_in_time_resumes_from_the_one_before(
+        tmp_path, restarts, asked, status):
+    """Its ranks said they resume (the .resumable file) but wrote no snapshot before the step
+    ended (killed: 143): requeued all the same, while restarts are left; else its status."""
+    proc, got = _run(tmp_path, {"STUB_RESUMABLE": "1", "STUB_SNAPSHOT": "0",
+                                "STUB_STOP_EXIT": "143", "SLURM_RESTART_COUNT": restarts})
+    assert (proc.returncode, got) == (status, asked), proc.stderr
+    said = "no snapshot within 45 s; the next run resumes from the one before; "
+    assert said + ("requeueing job 77 (restart 1 of at most 3)" if asked else
+                   "not requeueing (3 restart(s) allowed, 3 done)") in proc.stderr
+    assert not list(tmp_path.glob(".chainermn-rt-stop-*"))
 
 
 def test_a_failing_step_without_a_signal_keeps_its_status(tmp_path):

@@ -3,8 +3,10 @@
 
 Each interrupted job must end with parameters bit-identical to one uninterrupted job's:
 requeued from outside with ``scontrol requeue``; stopped by its time-limit signal (the batch
-shell asks for a snapshot, then requeues itself); a rank killed while writing a snapshot (the
-set before it stays usable and a new job resumes from it). Seconds are printed, not checked.
+shell asks for a snapshot, then requeues itself); preempted by a job under QOS high (the same,
+on Slurm's preemption signal; and when no snapshot comes in time, the one before is used); a
+rank killed while writing a snapshot (the set before it stays usable and a new job resumes from
+it). Seconds are printed, not checked.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from chainermn_rt.site import load_site
 from chainermn_rt.snapshots import check_set
 
 from conftest import PYTHON, REPO
+from fixtures_sandbox import submit_text
 
 pytestmark = pytest.mark.slurm
 SITE = REPO / "slurm" / "sites" / "sandbox.toml"
@@ -29,13 +32,16 @@ MNIST = ["--n-train", "4000", "--n-test", "400", "--unit", "100", "--batchsize",
 DIGEST = re.compile(r"^rank 0 parameters sha256 (\w+)$", re.MULTILINE)
 
 
-def _submit(sandbox, folder, *args, time_limit="10", sbatch=(), max_requeues=None) -> str:
+def _submit(sandbox, folder, *args, time_limit="10", sbatch=(), max_requeues=None,
+            signal=None) -> str:
     folder.mkdir(exist_ok=True)
     site = SITE
-    if max_requeues is not None:
+    if max_requeues is not None or signal is not None:
         site = folder / "sandbox.toml"
-        site.write_text(SITE.read_text().replace("requeue = true",
-                                                 f"requeue = true\nmax_requeues = {max_requeues}"))
+        text = SITE.read_text().replace('signal = "USR2@60"', f'signal = "{signal or "USR2@60"}"')
+        if max_requeues is not None:
+            text = text.replace("requeue = true", f"requeue = true\nmax_requeues = {max_requeues}")
+        site.write_text(text)
     plan = make_plan(load_site(site), Request(
         nodes=2, gpus_per_node=2, time=time_limit, job_name="resume",
         command=(PYTHON, PROGRAM, *MNIST, "--out", str(folder / "out"), *args)))
@@ -140,3 +146,63 @@ def test_an_array_task_requeues_itself_and_without_an_allowance_the_job_just_sto
     assert re.search(r"snapshot \S+/iter_0000000[4-9]\d written; not requeueing \(0 restart\(s\) "
                      r"allowed, 0 done\)", log), log[-3000:]
     assert not DIGEST.findall(log)  # it stopped; a rerun would go on from the snapshot
+
+
+def _preempt(sandbox, folder, job) -> str:
+    """Once the low job has its snapshot of iteration 40, a job under QOS high that needs every
+    GPU of both nodes: Slurm preempts the low job for it."""
+    _wait_for(folder / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    high = submit_text(sandbox, "#!/bin/sh\nsrun true\n",
+                       ["--qos=high", "--nodes=2", "--gres=gpu:4", "--job-name=high"])
+    assert sandbox.slurm.wait(high, timeout=600, poll=0.5) == ("COMPLETED", 0)
+    return high
+
+
+def _runs(sandbox, *jobs) -> list[list[str]]:
+    """sacct's record of every run of the jobs: id, state, QOS, nodes, start, end, submit."""
+    out = sandbox.slurm.output(["sacct", "-n", "-P", "-X", "-D", "-j", ",".join(jobs), "-o",
+                                "JobID,State,QOS,NodeList,Start,End,Submit"])
+    return sorted((line.split("|") for line in out.splitlines()), key=lambda r: r[4])
+
+
+def test_a_job_preempted_by_qos_high_snapshots_requeues_and_resumes_bit_identically(
+        sandbox, tmp_path, uninterrupted):
+    """Real preemption (PreemptType=preempt/qos): QOS low's job gets its signal at once, its
+    ranks snapshot, the shell requeues it, the high job runs on the same nodes, then the low
+    job resumes. sacct shows the three runs in that order."""
+    job = _submit(sandbox, tmp_path, "--slow-from", "41", sbatch=["--qos=low"])
+    high = _preempt(sandbox, tmp_path, job)
+    state, log = _finish(sandbox, tmp_path, job)
+    assert state == "COMPLETED", log[-3000:]
+    for line in ("SIGUSR2: asking the ranks for a snapshot",
+                 "written on the job's request (time limit or preemption)",
+                 f"requeueing job {job} (restart 1 of at most 3)", "chainermn-rt: resuming from"):
+        assert line in log, f"{line!r} missing:\n{log[-3000:]}"
+    assert DIGEST.findall(log) == [uninterrupted]
+    runs = _runs(sandbox, job, high)
+    print("\nMEASURED sacct:", *("|".join(r) for r in runs), sep="\n  ")
+    signalled = re.search(r"chainermn-rt: (\S+) SIGUSR2", log).group(1)
+    print(f"MEASURED high submitted {runs[1][6]}, low signalled {signalled}")
+    assert [r[:4] for r in runs] == [[job, "REQUEUED", "low", "node[1-2]"],
+                                      [high, "COMPLETED", "high", "node[1-2]"],
+                                      [job, "COMPLETED", "low", "node[1-2]"]], runs
+    assert runs[0][5] <= runs[1][4] and runs[1][5] <= runs[2][4], runs  # one after the other
+
+
+def test_a_preempted_job_without_a_snapshot_in_time_resumes_from_the_one_before(
+        sandbox, tmp_path, uninterrupted):
+    """signal = "USR2@10": the shell waits 5 s for a snapshot; the ranks are in a 20 s
+    iteration. The shell ends them and requeues the job anyway: it resumes from iteration 40."""
+    job = _submit(sandbox, tmp_path, "--slow-from", "41", "--slow-seconds", "20",
+                  sbatch=["--qos=low"], signal="USR2@10")
+    _preempt(sandbox, tmp_path, job)
+    state, log = _finish(sandbox, tmp_path, job)
+    assert state == "COMPLETED", log[-3000:]
+    sets = tmp_path / "out" / "snapshots"
+    for line in ("SIGUSR2: asking the ranks for a snapshot, waiting up to 5 s",
+                 "no snapshot within 5 s; the next run resumes from the one before; "
+                 f"requeueing job {job} (restart 1 of at most 3)",
+                 f"chainermn-rt: resuming from {sets / 'iter_000000040'} (iteration 40)"):
+        assert line in log, f"{line!r} missing:\n{log[-3000:]}"
+    assert "written on the job's request" not in log
+    assert DIGEST.findall(log) == [uninterrupted]

@@ -6,6 +6,7 @@ Every job runs on the real slurmctld/slurmd of the session's ``sandbox`` fixture
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -14,6 +15,7 @@ import pytest
 from chainermn_rt.errors import UserError
 from chainermn_rt.sandbox import Sandbox, netns, processes
 from chainermn_rt.sandbox.daemons import MARKER_VAR
+from chainermn_rt.sandbox.settings import STATE_VAR
 from examples.sandbox_demo import run_demo
 
 from conftest import PYTHON, REPO, json_objects, require_commands
@@ -179,11 +181,22 @@ def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
         assert sb.status().up, first
         assert "already up" in sb.up()
         record = json.loads((sb.state_dir / "sandbox.json").read_text())
+        assert "accounting: MariaDB in" in first and "QOS normal, low (grace 00:01:00), high " \
+            "(preempts low)" in first, first
+        for option, slurm_said in (("--account=nope", "Invalid account"),
+                                   ("--qos=nope", "Invalid qos specification")):
+            refused = subprocess.run(
+                [PYTHON, "-m", "chainermn_rt", "submit", "--site", "sandbox", "--nodes", "1",
+                 option, "--", "true"], cwd=tmp_path, capture_output=True, text=True,
+                env={**os.environ, STATE_VAR: str(sb.state_dir)})
+            assert refused.returncode == 2 and slurm_said in refused.stderr, refused
+            assert refused.stderr.count("\n") == 1 and not refused.stdout, refused
         running = submit_text(sb, job("srun sleep 600"), ["--nodes=1"])
         sb.slurm.run(["scontrol", "wait_job", running], timeout=60)  # waits until it runs
     finally:
         print(sb.down())
     assert_nothing_left(sb, record)
+    assert sb.slurm.accounting and "mariadbd" in record["procs"] and "slurmdbd" in record["procs"]
     status = sb.status()
     assert not status.up and "down" in str(status)
     assert "not up" in sb.down()
@@ -216,6 +229,8 @@ def assert_nothing_left(sb: Sandbox, record: dict) -> None:
     assert processes.members(set(), f"{MARKER_VAR}={sb.state_dir}".encode()) == []
     assert netns.existing(sb.settings.prefix) == []
     assert not (sb.state_dir / "scratch").exists()  # the nodes' local scratch, and what was in it
+    assert not (sb.state_dir / "db").exists()  # the accounting database
+    assert sorted(p.name for p in (sb.state_dir / "run").iterdir()) == []  # sockets, pid files
 
 
 def test_two_sandboxes_run_side_by_side(sandbox, tmp_path):

@@ -94,7 +94,8 @@ def test_generated_shell_passes_shellcheck(tmp_path):
     ("nodes = 9", "sandbox.nodes: 9 is not allowed; allowed: 1-8"),
     ("nodes = true", "sandbox.nodes: True has the wrong type; allowed: 1-8"),
     ('subnett = "10.0.0.0/24"',
-     "sandbox.subnett: unknown field; allowed: hwloc_xml, nodes, subnet"),
+     "sandbox.subnett: unknown field; allowed: accounting, hwloc_xml, nodes, subnet"),
+    ('accounting = "yes"', "sandbox.accounting: 'yes' has the wrong type"),
     ('hwloc_xml = "no-such.xml"', "sandbox.hwloc_xml: {tmp}/no-such.xml is not a file; allowed:"
      " an hwloc XML file (lstopo --of xml), relative to the profile's folder"),
     ("hwloc_xml = 1", "sandbox.hwloc_xml: 1 has the wrong type; allowed: a path to an hwloc"),

@@ -104,6 +104,13 @@ GOOD = (SITES / "quad-gpu.toml").read_text()
     (("gpu = 3,", "gpu = 7,"), "topology.quad.slots: gpu indices [0, 1, 2, 7]; allowed: each of "
                                "0..3 once"),
     (("signal = \"USR2@90\"", "signal = \"soon\""), "signal: 'soon' is not allowed"),
+    (("signal = \"USR2@90\"", "signal = \"USR2@90\"\ngrace_time = 60"),
+     "grace_time: 60 s is shorter than the lead of signal = \"USR2@90\"; allowed: at least 90 s "
+     "(the signal must come before the grace time ends)"),
+    (("signal = \"USR2@90\"", "signal = \"USR2@90\"\ngrace_time = 0"),
+     "grace_time: 0 is not allowed; allowed: whole seconds 1-65535"),
+    (("signal = \"USR2@90\"", "signal = \"USR2@90\"\ngrace_time = \"2m\""),
+     "grace_time: '2m' has the wrong type; allowed: whole seconds 1-65535"),
     (("requeue = true", "requeue = true\nrequeu = true"), "requeu: unknown field; allowed:"),
     (("cpus_per_node = 32", "cpus_per_node = 2"), "partitions[0].cpus_per_node: 2 is fewer than "
                                                   "the 4 slots"),

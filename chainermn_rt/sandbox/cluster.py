@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError
-from chainermn_rt.sandbox import daemons, netns, processes, scratch
+from chainermn_rt.sandbox import accounting, daemons, netns, processes, scratch
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
 from chainermn_rt.sandbox.settings import SandboxSettings, sandbox_settings
@@ -44,7 +44,8 @@ class SandboxError(EnvironmentProblem):
 class Sandbox:
     def __init__(self, site: Site, settings: SandboxSettings):
         self.site, self.settings = site, settings
-        self.slurm = Slurm(env=self.env(), records=self.final_state)
+        self.slurm = Slurm(env=self.env(), records=self.final_state,
+                           accounting=settings.accounting)
 
     @classmethod
     def from_profile(cls, site: str | Path = "sandbox", nodes: int | None = None,
@@ -70,7 +71,7 @@ class Sandbox:
                                "start it with `chainermn-rt sandbox up`")
         return self.slurm
 
-    # -- jobs: their records stand in for sacct (no accounting here) ----------------------
+    # -- jobs: the completion records, sacct's fallback (and stand-in without accounting) --
     def job_record(self, job_id: str) -> dict[str, str] | None:
         """Every field of the job's completion record, or None while it runs."""
         return read_records(self.state_dir / "jobcomp.txt").get(str(job_id))
@@ -107,12 +108,15 @@ class Sandbox:
             if left:
                 self._clear(left)
                 notes.append(f"cleared what a sandbox left without `down`: {left}")
-        missing = [t for t in daemons.TOOLS
+        tools = daemons.TOOLS + (accounting.TOOLS if self.settings.accounting else ())
+        missing = [t for t in tools
                    if shutil.which(t, path="/usr/sbin:/usr/bin:" + os.environ.get("PATH", ""))
                    is None]
         if missing:
             raise SandboxError(f"not installed: {', '.join(missing)}; run `make setup`")
         scratch.check(self.settings)
+        if self.settings.accounting:
+            accounting.account_of(self.site)  # a bad account or QOS: refused before any start
         self._fresh_state_dir()
         scratch.make(self.settings)
         record = {"nodes": self.settings.node_names(), "procs": {}, "site": str(self.site.path)}
@@ -158,6 +162,8 @@ class Sandbox:
             path.write_text(text)
             if rel.startswith("bin/") or rel.endswith(".sh"):
                 path.chmod(0o755)
+            elif rel == "etc/slurmdbd.conf":
+                path.chmod(0o600)  # slurmdbd refuses a configuration others can read
         for i in range(max(p.topology.gpus for p in self.site.partitions)):
             dev = self.state_dir / "dev" / f"fakegpu{i}"
             try:
@@ -186,6 +192,7 @@ class Sandbox:
             notes.append(f"cleared what a sandbox left without `down`: {left}")
         problems = self._clear(leftovers(self.settings))
         scratch.clear(self.settings)  # the nodes' scratch goes with them
+        accounting.clear(self.settings)  # and the job records with the database
         if problems or any(processes.alive(p) for p in procs.values()):
             raise SandboxError("sandbox not fully down: " + "; ".join(notes + problems))
         (self.state_dir / RECORD).unlink(missing_ok=True)

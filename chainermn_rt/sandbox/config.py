@@ -16,12 +16,13 @@ import shutil
 import jinja2
 
 from chainermn_rt.quoting import sh
-from chainermn_rt.sandbox import netns
+from chainermn_rt.sandbox import accounting, netns
 from chainermn_rt.sandbox.settings import SandboxSettings
 from chainermn_rt.site import Site, data_dir
 
 # Client commands get a wrapper in STATE/bin that finds the sandbox's controller.
-CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scontrol", "sinfo", "scancel", "sacct")
+CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scontrol", "sinfo", "scancel", "sacct",
+           "sacctmgr")
 DEFAULT_MEMORY_MB = 1024
 # Each daemon has a network namespace of its own: Slurm's default ports never collide.
 CONTROLLER_PORT, SLURMD_PORT = 6817, 6818
@@ -71,12 +72,16 @@ def render_files(site: Site, settings: SandboxSettings,
         "memory_mb": max(memory) if memory else DEFAULT_MEMORY_MB, "gres": gres,
         "gpus": gpus, "gpu_type": gpu_type, "partitions": partitions,
         "head_addr": str(settings.head_address()), "head_name": netns.HEAD,
-        "exports": task_exports(settings),
+        "exports": task_exports(settings), "accounting": settings.accounting,
     }
     env = _env()
     files = {f"etc/{name}": env.get_template(f"{name}.j2").render(values)
              for name in ("slurm.conf", "gres.conf", "cgroup.conf", "task_prolog.sh", "hosts")}
     files["env.sh"] = env.get_template("env.sh.j2").render(values)
+    if settings.accounting:
+        files["etc/slurmdbd.conf"] = env.get_template("slurmdbd.conf.j2").render(values)
+        files["etc/accounts.cfg"] = accounting.load_file(site)
+        files["etc/accounts.sacctmgr"] = accounting.sacctmgr_commands(site)
     for command in CLIENTS:
         path = shutil.which(command, path="/usr/bin:/usr/local/bin:/bin") or f"/usr/bin/{command}"
         files[f"bin/{command}"] = env.get_template("client.sh.j2").render(

@@ -1,4 +1,5 @@
-"""The sandbox's daemons: munged, slurmctld in the head namespace, one slurmd per node namespace.
+"""The sandbox's daemons: munged; with accounting, mariadbd and slurmdbd; slurmctld in the head
+namespace, one slurmd per node namespace.
 
 Each runs in the foreground in a session of its own (``processes.spawn``), its output in
 ``STATE/log/NAME.out``, and is recorded before the next starts, so ``down`` can stop what a
@@ -11,14 +12,15 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from chainermn_rt.sandbox import netns, processes, scratch
+from chainermn_rt.sandbox import accounting, netns, processes, scratch
 from chainermn_rt.sandbox.settings import SandboxSettings
 from chainermn_rt.slurm_client import Slurm
 
 MARKER_VAR = "CHAINERMN_RT_SANDBOX_DAEMON"  # in the daemons' environment: finds their leftovers
 START_TIMEOUT = 60.0
 MOUNT_HOSTS = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
-TOOLS = ("munged", "slurmctld", "slurmd", "ip", "nsenter", "unshare")
+SET_HOSTNAME = 'hostname "$0" && exec "$@"'
+TOOLS = ("munged", "slurmctld", "slurmd", "ip", "nsenter", "unshare")  # and accounting.TOOLS
 
 
 class StartError(RuntimeError):
@@ -54,15 +56,50 @@ def start_all(s: SandboxSettings, slurm: Slurm, procs: dict[str, dict],
                      f"--log-file={state / 'log' / 'munged.log'}",
                      f"--seed-file={munge / 'munged.seed'}"])
     wait_for(lambda: (munge / "munge.socket").exists(), "munged's socket")
-    start("slurmctld", ["nsenter", f"--net={netns.path(s.netns(netns.HEAD))}", "unshare",
-                        "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', netns.HEAD,
-                        "slurmctld", "-D", "-c", "-i", "-f", conf])  # -c: only the last job id
+    head = ["nsenter", f"--net={netns.path(s.netns(netns.HEAD))}", "unshare", "--uts", "sh",
+            "-c", SET_HOSTNAME, netns.HEAD]
+    if s.accounting:
+        start_accounting(s, slurm, start, wait_for, head)
+    start("slurmctld", [*head, "slurmctld", "-D", "-c", "-i", "-f", conf])  # -c: the last id
     wait_for(lambda: slurm.run(["scontrol", "ping"], timeout=20).returncode == 0,
              "slurmctld to answer")
     for node in s.node_names():
         start(f"slurmd-{node}", slurmd_argv(s, node))
     wait_for(lambda: all(node_states(slurm).get(n) == "idle" for n in s.node_names()),
              "every node to be idle")
+
+
+def start_accounting(s: SandboxSettings, slurm: Slurm, start, wait_for, head: list[str]) -> None:
+    """A fresh database, mariadbd and slurmdbd in the head namespace, then the QOS, cluster,
+    account and user in one ``sacctmgr`` run."""
+    log = s.state_dir / "log" / "mariadb-install.out"
+    with open(log, "w") as out:
+        try:
+            done = subprocess.run(accounting.install_argv(s), stdin=subprocess.DEVNULL,
+                                  stdout=out, stderr=subprocess.STDOUT, timeout=START_TIMEOUT,
+                                  check=False, env={**slurm.env, MARKER_VAR: str(s.state_dir)})
+            code = done.returncode
+        except subprocess.TimeoutExpired:
+            code = f"no end in {START_TIMEOUT:.0f} s"
+    if code != 0:
+        raise StartError(f"sandbox did not start: mariadb-install-db failed ({code}); "
+                         f"{last_log_line(s, 'mariadb-install')}")
+    start("mariadbd", [*head[:2], *accounting.mariadbd_argv(s)])
+    wait_for(lambda: accounting.socket(s).exists(), "MariaDB's socket")
+    start("slurmdbd", [*head, "env", f"MYSQL_UNIX_PORT={accounting.socket(s)}",
+                       *accounting.slurmdbd_argv(s)])
+    sacctmgr = ["sacctmgr", "-n", "-P", "show", "qos", "format=name"]
+    wait_for(lambda: slurm.run(sacctmgr, timeout=20).returncode == 0, "slurmdbd to answer")
+    # One run on the fresh database; it exits 0 only when everything was added.
+    proc = subprocess.run(["sacctmgr", "-i"], input=(s.state_dir / "etc" / "accounts.sacctmgr")
+                          .read_bytes(), capture_output=True, cwd=s.state_dir / "etc",
+                          env=slurm.env, timeout=START_TIMEOUT, check=False)
+    said = (proc.stdout + proc.stderr).decode(errors="replace")
+    (s.state_dir / "log" / "sacctmgr.out").write_text(said)
+    if proc.returncode != 0 or "error" in said.lower():
+        lines = [line.strip() for line in said.splitlines() if "rror" in line] or ["no message"]
+        raise StartError(f"sandbox did not start: sacctmgr could not add the accounts and QOS "
+                         f"(exit {proc.returncode}): {lines[0]}; see {s.state_dir / 'log'}")
 
 
 def slurmd_argv(s: SandboxSettings, node: str) -> list[str]:
@@ -97,6 +134,6 @@ def last_log_line(s: SandboxSettings, name: str | None) -> str:
 
 
 def stop_order(names) -> list[str]:
-    """Every slurmd first, then slurmctld, munged last."""
-    rank = {"slurmctld": 1, "munged": 2}
+    """Every slurmd first, then slurmctld, slurmdbd, mariadbd, munged last."""
+    rank = {"slurmctld": 1, "slurmdbd": 2, "mariadbd": 3, "munged": 4}
     return sorted(names, key=lambda n: rank.get(n, 0))

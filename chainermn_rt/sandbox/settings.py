@@ -50,6 +50,7 @@ class SandboxSettings:
     hwloc_xml: Path | None = None
     # the profile's local_scratch paths: each node's own folder is mounted there (scratch.py)
     scratch: tuple[str, ...] = ()
+    accounting: bool = False  # MariaDB + slurmdbd (accounting.py)
 
     @property
     def prefix(self) -> str:
@@ -83,4 +84,5 @@ def sandbox_settings(site: Site, nodes: int | None = None,
     return SandboxSettings(subnet=site.sandbox.subnet, state_dir=folder,
                            nodes=min(count, SANDBOX_MAX_NODES), hwloc_xml=site.sandbox.hwloc_xml,
                            scratch=tuple(sorted({p.local_scratch for p in site.partitions
-                                                 if p.local_scratch})))
+                                                 if p.local_scratch})),
+                           accounting=site.sandbox.accounting)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 
-from chainermn_rt.sandbox import daemons, netns, processes
+from chainermn_rt.sandbox import accounting, daemons, netns, processes
 from chainermn_rt.sandbox.settings import SandboxSettings
 from chainermn_rt.slurm_client import Slurm
 
@@ -71,6 +72,27 @@ def status(s: SandboxSettings, record: dict | None, slurm: Slurm) -> Status:
         state = nodes.get(node, "not registered")
         ok &= state.rstrip("*") in BUSY_OR_IDLE
         lines.append(f"  {node}: {state}")
+    if s.accounting and ok:
+        line = database(s, slurm)
+        ok &= not line.endswith("NOT answering")
+        lines.append(line)
     head = f"sandbox: {'up' if ok else 'DEGRADED'} ({len(record['nodes'])} nodes), {where}"
     tail = f"  client commands: . {s.state_dir / 'env.sh'}  (or chainermn-rt sandbox exec -- CMD)"
     return Status(up=ok, nodes=nodes, lines=[head, *lines, tail])
+
+
+def database(s: SandboxSettings, slurm: Slurm) -> str:
+    """One line: the accounting database, its size, and what slurmdbd answers of it."""
+    size = sum(p.stat().st_size for p in accounting.data_dir(s).rglob("*") if p.is_file())
+    where = f"  accounting: MariaDB in {accounting.data_dir(s)} ({size / 1e6:.0f} MB), slurmdbd"
+    try:
+        proc = slurm.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name,gracetime,preempt"],
+                         timeout=20)
+    except subprocess.TimeoutExpired:
+        return f"{where} NOT answering"
+    qos = [line.split("|") for line in proc.stdout.split()]
+    if proc.returncode != 0 or not qos:
+        return f"{where} NOT answering"
+    said = ", ".join(q[0] + (f" (grace {q[1]})" if q[1] != "00:00:00" else "")
+                     + (f" (preempts {q[2]})" if q[2] else "") for q in qos if len(q) == 3)
+    return f"{where}: QOS {said}"

@@ -22,7 +22,7 @@ import chainer
 import numpy
 
 from chainermn_rt.errors import print_line
-from chainermn_rt.rank_contract import STOP_DONE_SUFFIX, STOP_FILE_VAR
+from chainermn_rt.rank_contract import STOP_DONE_SUFFIX, STOP_FILE_VAR, STOP_READY_SUFFIX
 from chainermn_rt.snapshots import store
 
 _RNG = "_chainermn_rt/"  # key prefix of the random states in a rank's file
@@ -93,6 +93,11 @@ class Resumable(chainer.training.Extension):
         self.world, self.directory, self.every, self.keep = world, Path(directory), every, keep
         self.stop_file = os.environ.get(STOP_FILE_VAR) or None
         self._last_look = 0.0
+        if self.stop_file is not None and world.rank == 0:
+            try:  # tells the batch shell this program resumes (rank_contract)
+                Path(self.stop_file + STOP_READY_SUFFIX).touch()
+            except OSError:
+                pass
 
     def __call__(self, trainer) -> None:
         iteration = trainer.updater.iteration

@@ -31,7 +31,7 @@ export CHAINERMN_RT_SLOTS='[{"gpu":0,"numa":0,"cpus":"0-13","hcas":["mlx5_0:1"]}
 # On SIGUSR2 (time limit or preemption) a program using chainermn_rt.resumable writes a
 # snapshot and stops; then the job is requeued and resumes from it (docs/reliability.md).
 export CHAINERMN_RT_STOP_FILE="$PWD/.chainermn-rt-stop-${SLURM_JOB_ID:-$$}"
-rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done"
+rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done" "$CHAINERMN_RT_STOP_FILE.resumable"
 step=
 trapped=
 # shellcheck disable=SC2317  # the trap runs it
@@ -53,22 +53,27 @@ while :; do  # a trapped signal ends `wait` early: wait again, for the step's ow
   wait "$step" && status=0 || status=$?
   [ -n "$trapped" ] || break
 done
+# A resumable program that wrote no snapshot in time (a slow iteration, a short grace time) is
+# requeued too: its next run resumes from the snapshot before.
+said=
 if [ -e "$CHAINERMN_RT_STOP_FILE.done" ]; then
-  snapshot=$(cat "$CHAINERMN_RT_STOP_FILE.done")
-  rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done"
+  said="snapshot $(cat "$CHAINERMN_RT_STOP_FILE.done") written"
+  status=0
+elif [ -e "$CHAINERMN_RT_STOP_FILE" ] && [ -e "$CHAINERMN_RT_STOP_FILE.resumable" ]; then
+  said="no snapshot within 105 s; the next run resumes from the one before"
+elif [ -e "$CHAINERMN_RT_STOP_FILE" ]; then
+  echo "chainermn-rt: the ranks wrote no snapshot (the program does not use chainermn_rt.resumable?); not requeueing" >&2
+fi
+rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done" "$CHAINERMN_RT_STOP_FILE.resumable"
+if [ -n "$said" ]; then
   restarts=${SLURM_RESTART_COUNT:-0}
   if [ "$restarts" -lt 3 ]; then
     job=${SLURM_JOB_ID:-}
     if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then job=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}; fi
-    echo "chainermn-rt: snapshot $snapshot written; requeueing job $job (restart $((restarts + 1)) of at most 3)" >&2
+    echo "chainermn-rt: $said; requeueing job $job (restart $((restarts + 1)) of at most 3)" >&2
     scontrol requeue "$job"
-  else
-    echo "chainermn-rt: snapshot $snapshot written; not requeueing (3 restart(s) allowed, $restarts done)" >&2
+    exit 0
   fi
-  exit 0
-fi
-if [ -e "$CHAINERMN_RT_STOP_FILE" ]; then
-  echo "chainermn-rt: the ranks wrote no snapshot (the program does not use chainermn_rt.resumable?); not requeueing" >&2
-  rm -f "$CHAINERMN_RT_STOP_FILE"
+  echo "chainermn-rt: $said; not requeueing (3 restart(s) allowed, $restarts done)" >&2
 fi
 exit "$status"

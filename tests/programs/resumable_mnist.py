@@ -1,10 +1,11 @@
 """examples/train_mnist.py with faults to inject on a job's first run
 (tests/test_resume_sandbox.py).
 
-``--slow-from N``: from iteration N on, every iteration sleeps 2 s (the job is still running when
-the test requeues it or its time-limit signal comes). ``--kill-writing-at N``: rank 1 dies by
-SIGKILL halfway through writing its file of iteration N's snapshot set. Both only on the job's
-first run (``SLURM_RESTART_COUNT`` unset or 0); every other argument goes to train_mnist.
+``--slow-from N``: from iteration N on, every iteration sleeps 2 s (``--slow-seconds``) (the job
+is still running when the test requeues it or its time-limit or preemption signal comes).
+``--kill-writing-at N``: rank 1 dies by SIGKILL halfway through writing its file of iteration N's
+snapshot set. Both only on the job's first run (``SLURM_RESTART_COUNT`` unset or 0); every other
+argument goes to train_mnist.
 """
 
 import argparse
@@ -24,6 +25,7 @@ from chainermn_rt.snapshots import extension, store
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--slow-from", type=int)
+parser.add_argument("--slow-seconds", type=float, default=2.0)
 parser.add_argument("--kill-writing-at", type=int)
 args, rest = parser.parse_known_args()
 first_run = os.environ.get("SLURM_RESTART_COUNT", "0") == "0"
@@ -37,7 +39,7 @@ if first_run and args.slow_from is not None:
         @chainer.training.make_extension(trigger=(1, "iteration"))
         def slow(trainer):
             if trainer.updater.iteration >= args.slow_from:
-                time.sleep(2)
+                time.sleep(args.slow_seconds)
 
         trainer.extend(slow)
         return trainer
