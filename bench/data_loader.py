@@ -7,15 +7,16 @@ about 100 KB) packed into shards, every figure is images/s of the training trans
 
 - ``bare``: the decoder and transform in a loop over the images held in memory (one core);
 - ``loader, N workers``: the whole path (shard read, decode, transform, hand-off as a uint8
-  batch) with N decoding processes; ``loader, in process``: no worker;
+  batch) with N decoding processes, timed over three epochs of the images (a shorter window
+  is mostly the prefetch filling); ``loader, in process``: no worker;
 - ``pillow``: Pillow 13 decoding the whole image and resizing the crop (one core);
 - ``dali``: DALI's fastest CPU-only training pipeline (its webdataset reader and fused
   random-crop decoder, ``image_random_crop``, then resize and flip; one thread), run by
   ``--dali PYTHON``, an interpreter with ``nvidia-dali-cuda120`` (a throwaway venv: DALI is
   not a dependency);
 - ``pack`` vs ``tar``: ``chainermn-rt data pack`` (no re-encoding) and ``tar -cf`` over the same
-  files, the images copied ``--pack-copies`` times (pack building one shard at a time, and one per
-  CPU, its default; tar has one).
+  files, the images copied ``--pack-copies`` times (pack building one shard at a time, its
+  default on 2 CPUs, and one per CPU; tar has one).
 
 Run: ``python -m bench.data_loader [--images 400] [--rounds 3] [--dali /tmp/dali/bin/python]``
 """
@@ -179,7 +180,7 @@ def main() -> int:
                 if fn is not None:
                     rates[name].append(rate(fn, n))
                 elif name.startswith("loader_"):
-                    rates[name].append(loader_round(work / "shards", int(name[-1]), n,
+                    rates[name].append(loader_round(work / "shards", int(name[-1]), 3 * n,
                                                     args.size))
                 elif name == "dali":
                     rates[name].append(dali_round(args.dali, work / "shards", n, args.size))

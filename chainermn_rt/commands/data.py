@@ -46,7 +46,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     pack.add_argument("--quality", type=integer(1, 100), default=90,
                       help="JPEG quality of re-encoded images (default: %(default)s)")
     pack.add_argument("--workers", type=integer(1, 1024), default=None,
-                      help="shards built at once, one thread each (default: this machine's CPUs)")
+                      help="shards built at once (default: the CPUs with --short-side, "
+                      "else half of them)")
     pack.add_argument("--strict", action="store_true",
                       help="stop on the first pass's problems (exit 2, nothing written) "
                       "instead of skipping and listing the files")
@@ -91,7 +92,6 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _pack(args: argparse.Namespace) -> int:
-    import os
     import sys
 
     from chainermn_rt.data import pack
@@ -115,7 +115,7 @@ def _pack(args: argparse.Namespace) -> int:
         verb = "cannot pack" if args.strict else "skipped"
         print_line(f"chainermn-rt data pack: {verb} {path!r}: {why}")
 
-    workers = args.workers or len(os.sched_getaffinity(0))
+    workers = args.workers or pack.default_workers(options)
     try:
         result = pack.pack(args.src, str(args.out), options, workers, progress, report)
     finally:

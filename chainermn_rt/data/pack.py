@@ -391,6 +391,14 @@ def pack(src: str, out: str, options: Options, workers: int = 1,
     return _finish(out_path, partial, p, records, problems, options, resumed)
 
 
+def default_workers(options: Options) -> int:
+    """Shards built at once: one per CPU when images are re-encoded (the codecs keep a core
+    busy), else one per two CPUs (a shard's reading, hashing and writing threads keep about two
+    busy: measured, two at once on 2 CPUs pack 0.75x tar's rate, one 0.87x; bench/RESULTS.md)."""
+    cpus = len(os.sched_getaffinity(0))
+    return cpus if options.short_side else max(1, cpus // 2)
+
+
 def _run(todo: list, workers: int):
     """Build the shards of ``todo``, ``workers`` at a time, as each finishes. Threads, not
     processes: reading, writing, hashing and the codecs release the GIL, and a process pool
