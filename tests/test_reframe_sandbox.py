@@ -1,7 +1,8 @@
 """chainermn-rt's ReFrame checks on the sandbox at 2 nodes x 2 ranks: the configuration from
-``site reframe`` (scheduler squeue: the sandbox keeps no accounting), ``reframe -r`` with
-Slurm's clients of the sandbox; then an expectation 1000 x the measured bus bandwidth makes
-the allreduce check fail and ReFrame exit non-zero."""
+``site reframe`` (scheduler slurm, ReFrame's backend that asks sacct: the sandbox keeps
+accounts), ``reframe -r`` with Slurm's clients of the sandbox; then, with scheduler squeue, an
+expectation 1000 x the measured bus bandwidth makes the allreduce check fail and ReFrame exit
+non-zero."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _cases(report: Path) -> dict[str, dict]:
 
 def test_the_checks_pass_and_an_unmet_expectation_fails(sandbox, reframe_venv, tmp_path):
     made = _config("sandbox", tmp_path / "config.py")  # --scheduler auto: asks the sandbox
-    assert "scheduler squeue" in made, made
+    assert "scheduler slurm" in made, made
     # one retry: Debian's Open MPI 4.1.4 crashes in MPI_Init in about 2 % of multi-node
     # launches (tests/fixtures_sandbox.py); a check that really fails fails twice
     run = ["-r", "--system", "sandbox:gpu", "-S", "ranks_per_node=2", "--max-retries=1"]
