@@ -52,6 +52,48 @@ def test_slurm_conf_from_the_profile(tmp_path):
     assert "OMPI_MCA_btl_tcp_if_include=10.213.0.0/24" in files["etc/task_prolog.sh"]
 
 
+def test_accounting_settings_and_accounts_from_the_profile(tmp_path):
+    """With accounting (the default): slurmdbd's configuration, the accounts and QOS, the
+    preemption settings; without it, none of them."""
+    files = render_files(SITE, sandbox_settings(SITE, state_dir=tmp_path))
+    lines = conf(files)
+    for setting in ("AccountingStorageType=accounting_storage/slurmdbd",
+                    f"AccountingStoragePass={tmp_path}/munge/munge.socket",
+                    "AccountingStorageEnforce=associations,limits,qos", "PreemptType=preempt/qos",
+                    "PreemptMode=REQUEUE", "SlurmctldParameters=preempt_send_user_signal"):
+        assert setting in lines
+    assert {"DbdHost=head", "DbdAddr=10.213.0.1", "StorageType=accounting_storage/mysql"} \
+        <= set(conf(files, "etc/slurmdbd.conf"))
+    assert "Account - 'chainermn':" in files["etc/accounts.cfg"]
+    assert files["etc/accounts.sacctmgr"].startswith("add qos low GraceTime=60 ")
+    off = with_sandbox(tmp_path, "accounting = false")
+    files = render_files(off, sandbox_settings(off, state_dir=tmp_path))
+    assert "AccountingStorageType=accounting_storage/none" in conf(files)
+    assert not any("Preempt" in line for line in conf(files)) and "etc/slurmdbd.conf" not in files
+
+
+@pytest.mark.parametrize("edit, message", [
+    ('account = "chainermn"', "account: 'Big Lab' is not allowed for the sandbox's accounting; "
+                              "allowed: lower-case letters"),
+    ('qos = "normal"', "qos: 'urgent' is not one of the sandbox's; allowed: normal, low, high"),
+])
+def test_an_account_or_qos_the_sandbox_cannot_hold_is_one_line(tmp_path, edit, message):
+    path = tmp_path / "site.toml"
+    path.write_text(SITE_PATH.read_text().replace(edit, edit.replace("chainermn", "Big Lab")
+                                                  .replace("normal", "urgent")))
+    site = load_site(path)
+    with pytest.raises(UserError) as err:
+        render_files(site, sandbox_settings(site, state_dir=tmp_path))
+    assert str(err.value).startswith(message), err.value
+    up = subprocess.run([PYTHON, "-m", "chainermn_rt", "sandbox", "up", "--site", str(path),
+                         "--state", str(tmp_path / "state")], capture_output=True, text=True,
+                        timeout=60)
+    assert (up.returncode, up.stdout) == (2, ""), up.stderr
+    assert up.stderr.startswith(f"chainermn-rt sandbox: error: {message}"), up.stderr
+    assert up.stderr.count("\n") == 1, up.stderr
+    assert not (tmp_path / "state").exists()  # refused before anything started
+
+
 def test_node_count_and_subnet_come_from_settings(tmp_path):
     site = with_sandbox(tmp_path, 'subnet = "172.30.8.0/28"')
     files = render_files(site, sandbox_settings(site, nodes=4, state_dir=tmp_path))
