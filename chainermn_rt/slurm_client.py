@@ -167,9 +167,14 @@ class Slurm:
 
     def accounted(self, job_id: str) -> FinalState | None:
         """``sacct``'s final state of the job's latest run; None when sacct has none (yet), or
-        the cluster keeps no accounts."""
-        proc = self.run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "State,ExitCode"],
-                        timeout=60)
+        the cluster keeps no accounts (or has no sacct)."""
+        try:
+            proc = self.run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o",
+                             "State,ExitCode"], timeout=60)
+        except NoAnswer:
+            raise
+        except EnvironmentProblem:  # sacct not installed: scontrol's record answers
+            return None
         line = proc.stdout.strip().splitlines()[:1] if proc.returncode == 0 else []
         if not line or "|" not in line[0]:
             return None

@@ -2,8 +2,9 @@
 
 One system named after the site; one ReFrame partition per profile partition: scheduler
 ``squeue`` where Slurm keeps no accounting (ReFrame's ``slurm`` backend asks sacct; a sandbox
-with ``accounting = false``) else ``slurm``, launcher ``srun``, access ``--partition=P`` (every other option, the
-account and qos among them, comes from each check's Plan: :mod:`chainermn_rt.reframe.jobs`),
+with ``accounting = false``) else ``slurm``, launcher ``srun``, access ``--partition=P`` (every
+other option, the account and qos among them, comes from each check's Plan:
+:mod:`chainermn_rt.reframe.jobs`),
 a ``gpus`` resource for ``--gpus-per-node``, the node's GPUs and CPUs, and in ``extras`` what
 the checks need: the profile's path, the Python of the ranks, and ``allreduce_busbw_gbps``.
 
