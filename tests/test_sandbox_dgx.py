@@ -12,6 +12,8 @@ import sys
 import pytest
 from hwloc_fixtures import dgx_h100
 
+from bench.sandbox_costs import synthetic_reports
+from chainermn_rt.doctor.cluster import Expected, run_checks
 from chainermn_rt.sandbox.settings import STATE_VAR
 from chainermn_rt.site import data_dir, load_site, resolve_site
 
@@ -46,7 +48,7 @@ def test_the_shipped_dgx_hardware_is_the_one_site_init_is_tested_with():
 def test_doctor_on_16_nodes(sandbox_dgx16, tmp_path):
     proc = _cli(sandbox_dgx16, tmp_path, "doctor", "--site", SITE, "--nodes", "16",
                 "--gpus-per-node", "1", "--wait-timeout", "600", "--exclude-bad", "bad.txt",
-                "--json")
+                "--out", "doctor", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert {n: c["reason"] for n, c in checks.items() if c["status"] != "PASS"} == NOT_APPLICABLE
@@ -56,6 +58,12 @@ def test_doctor_on_16_nodes(sandbox_dgx16, tmp_path):
     assert checks["allreduce-cpu"]["reason"] == \
         "MPI Allreduce of CPU buffers over 16 ranks: every element right"
     assert (tmp_path / "bad.txt").read_text() == ""
+    # bench/sandbox_costs.py times the checks over reports made from a real rank's: they are
+    # those of a healthy 16 x 8 job
+    template = json.loads((tmp_path / "doctor" / "ranks.json").read_text())[0]
+    made = run_checks(synthetic_reports(template, 16), True, Expected(ranks=128))
+    assert {c.name: c.reason for c in made if c.status != "PASS"} == NOT_APPLICABLE
+    assert made[0].reason == f"128 of 128 ranks reported from 16 node(s): {nodes}"
 
 
 @pytest.mark.slurm
