@@ -432,8 +432,13 @@ def _sandbox(data: Any, path: Path) -> SandboxTable | None:
     xml = t.text("hwloc_xml", None, allowed="a path to an hwloc XML file")
     if xml is not None:
         xml = (Path(path).parent / xml).absolute()  # relative to the profile
-        if not xml.is_file():
-            raise UserError(f"{t.at('hwloc_xml')}: {xml} is not a file; allowed: an hwloc XML "
+        try:
+            found = xml.is_file()
+        except OSError:  # a name too long for the file system
+            found = False
+        if not found:
+            raise UserError(f"{t.at('hwloc_xml')}: {message_value(str(xml), 512)} is not a "
+                            "file; allowed: an hwloc XML "
                             "file (lstopo --of xml), relative to the profile's folder")
     t.done()
     return SandboxTable(subnet=subnet, nodes=nodes, hwloc_xml=xml)

@@ -101,6 +101,7 @@ def test_generated_shell_passes_shellcheck(tmp_path):
      "sandbox.subnett: unknown field; allowed: hwloc_xml, nodes, subnet"),
     ('hwloc_xml = "no-such.xml"', "sandbox.hwloc_xml: {tmp}/no-such.xml is not a file; allowed:"
      " an hwloc XML file (lstopo --of xml), relative to the profile's folder"),
+    (f'hwloc_xml = "{"x" * 1000}"', "sandbox.hwloc_xml: '{tmp}/xxxx"),  # too long to look up
     ("hwloc_xml = 1", "sandbox.hwloc_xml: 1 has the wrong type; allowed: a path to an hwloc"),
     ('prefix = "cmrtsbx"', "sandbox.prefix: unknown field"),
 ])
