@@ -54,11 +54,11 @@ bench: venv  ## measure the CPU communicator, where its time goes, and weak scal
 demo: setup  ## the main command: Slurm sandbox up, ChainerMN MNIST on 2 nodes x 2 ranks, results
 	$(PY) examples/sandbox_demo.py
 
-sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-8); see docs/sandbox.md
-	$(RT) sandbox up $(if $(NODES),--nodes $(NODES))
+sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-32; SITE=sandbox-dgx: DGX-shaped, 8 GPUs); see docs/sandbox.md
+	$(RT) sandbox up $(if $(SITE),--site $(SITE)) $(if $(NODES),--nodes $(NODES))
 
 sandbox-down: venv  ## stop the sandbox: every process it started, its namespaces and links
-	$(RT) sandbox down
+	$(RT) sandbox down $(if $(SITE),--site $(SITE))
 
 lint: venv  ## ruff, shellcheck and hadolint
 	$(VENV)/bin/ruff check chainermn_rt tests examples bench containers

@@ -56,3 +56,18 @@ def submit_text(sb: Sandbox, text: str, args: list[str] = ()) -> str:
 def job_output(sb: Sandbox, job: str) -> str:
     path = sb.state_dir / "jobs" / f"slurm-{job}.out"
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def sandbox_dgx16(tmp_path_factory):
+    """A second sandbox beside the session's, for one test module: 16 DGX-shaped nodes
+    (slurm/sites/sandbox-dgx.toml, 8 fake GPUs each) in a state folder of its own."""
+    require_commands(*SANDBOX_COMMANDS)
+    sb = Sandbox.from_profile("sandbox-dgx", nodes=16,
+                              state_dir=tmp_path_factory.mktemp("dgx16") / "state")
+    try:
+        sb.up()
+    except SandboxError as err:
+        pytest.fail(f"the 16-node sandbox did not start: {err}", pytrace=False)
+    yield sb
+    sb.down()

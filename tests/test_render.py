@@ -27,6 +27,8 @@ CASES = {
     "sandbox-charliecloud": ("sandbox", Request(
         nodes=2, gpus_per_node=2, runtime="charliecloud", image="/var/tmp/chainermn-rt_cpu",
         command=("python3", "/opt/chainermn_rt/examples/train_mnist.py"))),
+    "sandbox-dgx-16x8": ("sandbox-dgx", Request(nodes=16, python="/opt/venv/bin/python",
+                                                command=("python3", "examples/train_mnist.py"))),
     "dgx-h100-16": ("dgx-h100", Request(nodes=16, command=TRAIN, job_name="resnet50 16x8",
                                         env=(("NCCL_DEBUG", "WARN"),))),
     "dgx-h100-debug-2gpu": ("dgx-h100", Request(nodes=1, gpus_per_node=2, partition="debug",

@@ -8,9 +8,10 @@ import subprocess
 import pytest
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.sandbox import netns
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
-from chainermn_rt.sandbox.settings import STATE_VAR, default_state_dir, sandbox_settings
+from chainermn_rt.sandbox.settings import STATE_VAR, default_state_dir, prefix_for, sandbox_settings
 from chainermn_rt.site import load_site, resolve_site
 from chainermn_rt.slurm_client import FinalState
 from chainermn_rt.slurm_records import record
@@ -133,13 +134,17 @@ def test_generated_shell_passes_shellcheck(tmp_path):
     ('subnet = "10.1.2.3/24"', "sandbox.subnet"),
     ('subnet = "10.0.0.0/29"', "sandbox.subnet: '10.0.0.0/29' is not allowed"),
     ("subnet = 10", "sandbox.subnet: 10 has the wrong type"),
-    ("nodes = 9", "sandbox.nodes: 9 is not allowed; allowed: 1-8"),
-    ("nodes = true", "sandbox.nodes: True has the wrong type; allowed: 1-8"),
+    ("nodes = 33", "sandbox.nodes: 33 is not allowed; allowed: 1-32"),
+    ("nodes = 0", "sandbox.nodes: 0 is not allowed; allowed: 1-32"),
+    ("nodes = true", "sandbox.nodes: True has the wrong type; allowed: 1-32"),
+    # a /28 has 16 addresses: network, broadcast, the head, 13 nodes
+    ('subnet = "10.0.0.0/28"\nnodes = 14', "sandbox.nodes: 14 is not allowed; allowed: 1-13"),
     ('subnett = "10.0.0.0/24"',
      "sandbox.subnett: unknown field; allowed: accounting, hwloc_xml, nodes, subnet"),
     ('accounting = "yes"', "sandbox.accounting: 'yes' has the wrong type"),
     ('hwloc_xml = "no-such.xml"', "sandbox.hwloc_xml: {tmp}/no-such.xml is not a file; allowed:"
      " an hwloc XML file (lstopo --of xml), relative to the profile's folder"),
+    (f'hwloc_xml = "{"x" * 1000}"', "sandbox.hwloc_xml: '{tmp}/xxxx"),  # too long to look up
     ("hwloc_xml = 1", "sandbox.hwloc_xml: 1 has the wrong type; allowed: a path to an hwloc"),
     ('prefix = "cmrtsbx"', "sandbox.prefix: unknown field"),
 ])
@@ -160,9 +165,15 @@ def test_hwloc_xml_reaches_every_task(tmp_path):
     assert f"echo 'export HWLOC_XMLFILE={tmp_path}/node.xml'" in prolog.splitlines()
 
 
-def test_node_count_from_the_command_line_is_checked():
-    with pytest.raises(UserError, match=r"^--nodes: 0 is not allowed; allowed: 1-8$"):
+def test_node_count_from_the_command_line_is_checked(tmp_path):
+    with pytest.raises(UserError, match=r"^--nodes: 0 is not allowed; allowed: 1-32$"):
         sandbox_settings(SITE, nodes=0)
+    assert sandbox_settings(SITE, nodes=32).node_names()[-1] == "node32"
+    small = with_sandbox(tmp_path, 'subnet = "10.0.0.0/28"')
+    with pytest.raises(UserError, match=r"^--nodes: 14 is not allowed; allowed: 1-13 \(the "
+                       r"addresses of \[sandbox\] subnet 10.0.0.0/28\)$"):
+        sandbox_settings(small, nodes=14)
+    assert str(sandbox_settings(small, nodes=13).node_address(13)) == "10.0.0.14"
 
 
 def test_a_site_without_sandbox_table_is_refused():
@@ -170,12 +181,18 @@ def test_a_site_without_sandbox_table_is_refused():
         sandbox_settings(load_site(resolve_site("dgx-h100")))
 
 
-def test_cli_rejects_bad_node_count_in_one_line():
-    proc = subprocess.run([PYTHON, "-m", "chainermn_rt", "sandbox", "up", "--nodes", "9"],
+@pytest.mark.parametrize("value, message", [
+    ("0", "0; allowed: 1-32"), ("33", "33; allowed: 1-32"),
+    ("abc", "'abc'; allowed: an integer, 1-32")])
+def test_cli_rejects_bad_node_count_in_one_line_and_starts_nothing(tmp_path, value, message):
+    state = tmp_path / "state"
+    proc = subprocess.run([PYTHON, "-m", "chainermn_rt", "sandbox", "up", "--nodes", value,
+                           "--state", str(state)],
                           check=False, capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "chainermn-rt sandbox: error: --nodes: 9 is not allowed; allowed: 1-8"]
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", f"chainermn-rt sandbox: error: --nodes: {message}\n")
+    assert not state.exists()
+    assert netns.existing(prefix_for(state)) == []
 
 
 def cli(*args, **kwargs) -> subprocess.CompletedProcess:

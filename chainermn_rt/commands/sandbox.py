@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from chainermn_rt.arguments import integer
 from chainermn_rt.errors import EnvironmentProblem, UserError
 from chainermn_rt.sandbox import Sandbox
 from chainermn_rt.sandbox.settings import STATE_VAR
@@ -27,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", default=None,
                         help=f"state folder (default: ${STATE_VAR}, else the checkout's "
                              "build/sandbox); it names the sandbox: one per folder")
-    parser.add_argument("--nodes", type=int, default=None,
+    parser.add_argument("--nodes", type=integer(1, SANDBOX_MAX_NODES), default=None,
                         help=f"compute nodes, 1-{SANDBOX_MAX_NODES} (default: the profile's)")
 
 

@@ -87,6 +87,11 @@ class Sandbox:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
+    def daemons(self) -> dict[str, dict]:
+        """The running sandbox's daemons as recorded: name -> pid, start time, argv."""
+        record = self._record()
+        return dict(record["procs"]) if record else {}
+
     def _save(self, record: dict) -> None:
         tmp = self.state_dir / (RECORD + ".tmp")
         tmp.write_text(json.dumps(record, indent=1))

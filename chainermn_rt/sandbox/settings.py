@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.site import SANDBOX_MAX_NODES, Site, data_dir
+from chainermn_rt.site import SANDBOX_MAX_NODES, Site, data_dir, sandbox_max_nodes
 
 STATE_VAR = "CHAINERMN_RT_SANDBOX"
 
@@ -77,12 +77,15 @@ def sandbox_settings(site: Site, nodes: int | None = None,
     if site.sandbox is None:
         raise UserError(f"--site: site {site.name!r} has no [sandbox] table; allowed: a sandbox "
                         "profile such as 'sandbox'")
-    if nodes is not None and not 1 <= nodes <= SANDBOX_MAX_NODES:
-        raise UserError(f"--nodes: {nodes!r} is not allowed; allowed: 1-{SANDBOX_MAX_NODES}")
+    most = sandbox_max_nodes(site.sandbox.subnet)
+    if nodes is not None and not 1 <= nodes <= most:
+        raise UserError(f"--nodes: {nodes!r} is not allowed; allowed: 1-{most}"
+                        + ("" if most == SANDBOX_MAX_NODES else
+                           f" (the addresses of [sandbox] subnet {site.sandbox.subnet})"))
     count = nodes or site.sandbox.nodes or max(p.nodes for p in site.partitions)
     folder = Path(state_dir).absolute() if state_dir is not None else default_state_dir()
     return SandboxSettings(subnet=site.sandbox.subnet, state_dir=folder,
-                           nodes=min(count, SANDBOX_MAX_NODES), hwloc_xml=site.sandbox.hwloc_xml,
+                           nodes=min(count, most), hwloc_xml=site.sandbox.hwloc_xml,
                            scratch=tuple(sorted({p.local_scratch for p in site.partitions
                                                  if p.local_scratch})),
                            accounting=site.sandbox.accounting)
