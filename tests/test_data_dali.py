@@ -15,6 +15,7 @@ import sys
 import chainer
 import numpy
 import pytest
+from fixtures_data import damaged_copy
 
 from chainermn_rt.data import manifest, pack, shards, synthetic, transforms
 from chainermn_rt.data.batch import Batch, to_device
@@ -149,26 +150,6 @@ def test_to_device_takes_its_batches(data):
     assert x.shape == (4, 3, 16, 16) and x.dtype == numpy.float32 and t.dtype == numpy.int32
 
 
-def cut(data, tmp_path, damage) -> tuple:
-    """The shards with sample 2 of shard 1 damaged by ``damage(bytes)``; (folder, its key)."""
-    target = tmp_path / "shards"
-    target.mkdir()
-    m, records = manifest.load(data), []
-    for shard in m.shards:
-        samples = list(shards.read_file(str(data / shard.name)))
-        if shard.name == m.shards[1].name:
-            samples[2] = samples[2]._replace(data=damage(samples[2].data))
-            key = samples[2].key
-        blob = b"".join(shards.member(f"{s.key}.jpg", s.data)
-                        + shards.member(f"{s.key}.cls", str(s.label).encode())
-                        for s in samples) + shards.END
-        (target / shard.name).write_bytes(blob)
-        records.append(manifest.Shard(shard.name, len(samples), len(blob), "0" * 64))
-    (target / "manifest.json").write_text(manifest.to_json(manifest.Manifest(
-        m.classes, None, tuple(records))))
-    return target, key
-
-
 @pytest.mark.parametrize("damage, what", [
     (lambda d: d[:2000], "the data ends early (truncated file) (DALI: Failed to decode sample "
                          "#2)"),  # DALI fails it: libjpeg-turbo names what is wrong
@@ -176,7 +157,8 @@ def cut(data, tmp_path, damage) -> tuple:
     (lambda d: b"", "Empty input file"),
 ], ids=["cut-in-the-scan", "cut-in-the-markers", "zero-bytes"])
 def test_a_damaged_image_names_shard_and_key(data, tmp_path, damage, what):
-    path, key = cut(data, tmp_path, damage)
+    path = tmp_path / "shards"
+    key = damaged_copy(data, path, damage)
     it = dali_loader(path, train=False)
     with pytest.raises(DataError) as caught:
         list(it)

@@ -12,6 +12,7 @@ from pathlib import Path
 import chainer
 import numpy
 import pytest
+from fixtures_data import damaged_copy
 
 from chainermn_rt.data import batch, manifest, pack, shards, synthetic, transforms
 from chainermn_rt.data.batch import to_device
@@ -119,24 +120,9 @@ def test_to_device_normalises_on_the_device(data):
 
 
 def damaged_shards(tmp_path, data) -> Path:
-    """The data's shards with the image of one sample cut in half."""
-    _, path = data
-    target = tmp_path / "shards"
-    target.mkdir()
-    m = manifest.load(path)
-    records = []
-    for shard in m.shards:
-        samples = list(shards.read_file(str(path / shard.name)))
-        if shard.name == m.shards[1].name:
-            samples[2] = samples[2]._replace(data=samples[2].data[:300])
-        blob = b"".join(shards.member(f"{s.key}.jpg", s.data)
-                        + shards.member(f"{s.key}.cls", str(s.label).encode())
-                        for s in samples) + shards.END
-        (target / shard.name).write_bytes(blob)
-        records.append(manifest.Shard(shard.name, len(samples), len(blob), "0" * 64))
-    (target / "manifest.json").write_text(manifest.to_json(manifest.Manifest(
-        m.classes, None, tuple(records))))
-    return target
+    """The data's shards with the image of one sample cut to its first 300 bytes."""
+    damaged_copy(data[1], tmp_path / "shards", lambda image: image[:300])
+    return tmp_path / "shards"
 
 
 @pytest.mark.parametrize("workers", [0, 1])

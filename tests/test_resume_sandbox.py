@@ -92,18 +92,24 @@ def test_a_job_requeued_with_scontrol_resumes_bit_identically(sandbox, tmp_path,
     assert DIGEST.findall(log) == [uninterrupted]
 
 
-def test_the_time_limit_signal_snapshots_requeues_and_resumes_bit_identically(
-        sandbox, tmp_path, uninterrupted):
-    """--time 2 with the sandbox's signal USR2@60: the first run, slowed from iteration 41 to
-    2 s an iteration, cannot finish within its limit."""
-    job = _submit(sandbox, tmp_path, "--slow-from", "41", time_limit="2")
-    state, log = _finish(sandbox, tmp_path, job)
+def _snapshotted_requeued_and_resumed(state: str, log: str, job: str, uninterrupted: str):
+    """The job ended well after one snapshot on the signal, one requeue and one resume, with
+    an uninterrupted run's parameters."""
     assert state == "COMPLETED", log[-3000:]
     for line in ("SIGUSR2: asking the ranks for a snapshot",
                  "written on the job's request (time limit or preemption)",
                  f"requeueing job {job} (restart 1 of at most 3)", "chainermn-rt: resuming from"):
         assert line in log, f"{line!r} missing:\n{log[-3000:]}"
     assert DIGEST.findall(log) == [uninterrupted]
+
+
+def test_the_time_limit_signal_snapshots_requeues_and_resumes_bit_identically(
+        sandbox, tmp_path, uninterrupted):
+    """--time 2 with the sandbox's signal USR2@60: the first run, slowed from iteration 41 to
+    2 s an iteration, cannot finish within its limit."""
+    job = _submit(sandbox, tmp_path, "--slow-from", "41", time_limit="2")
+    state, log = _finish(sandbox, tmp_path, job)
+    _snapshotted_requeued_and_resumed(state, log, job, uninterrupted)
 
 
 def test_a_rank_killed_while_writing_leaves_the_previous_set_usable(sandbox, tmp_path,
@@ -173,12 +179,7 @@ def test_a_job_preempted_by_qos_high_snapshots_requeues_and_resumes_bit_identica
     job = _submit(sandbox, tmp_path, "--slow-from", "41", sbatch=["--qos=low"])
     high = _preempt(sandbox, tmp_path, job)
     state, log = _finish(sandbox, tmp_path, job)
-    assert state == "COMPLETED", log[-3000:]
-    for line in ("SIGUSR2: asking the ranks for a snapshot",
-                 "written on the job's request (time limit or preemption)",
-                 f"requeueing job {job} (restart 1 of at most 3)", "chainermn-rt: resuming from"):
-        assert line in log, f"{line!r} missing:\n{log[-3000:]}"
-    assert DIGEST.findall(log) == [uninterrupted]
+    _snapshotted_requeued_and_resumed(state, log, job, uninterrupted)
     runs = _runs(sandbox, job, high)
     print("\nMEASURED sacct:", *("|".join(r) for r in runs), sep="\n  ")
     signalled = re.search(r"chainermn-rt: (\S+) SIGUSR2", log).group(1)
