@@ -122,8 +122,10 @@ def test_a_sandbox_job_that_crashed_so_is_submitted_once_more(sandbox, tmp_path)
         job("twice", crash, crash)
     assert len(said) == 2 and not crashed_at_start(str(err.value)), said
     _, state, _, text = job("after", f"echo '4{STARTED}x'; {crash}", "exit 0")
-    assert tuple(state) == ("FAILED", 139) and len(said) == 2, text
+    # 139 (the shell's status) or 11 (the signal it names): Slurm's records differ on which
+    assert state.state == "FAILED" and state.exit_code in (139, 11) and len(said) == 2, text
     _, state, _, _ = job("other", "echo 'Traceback: ValueError'; exit 1", "exit 0")
     assert tuple(state) == ("FAILED", 1) and len(said) == 2
     _, state, _, text = job("real", crash, "exit 0", site="cpu-cluster")
-    assert tuple(state) == ("FAILED", 139) and crashed_at_start(text) and len(said) == 2
+    assert state.state == "FAILED" and state.exit_code in (139, 11) and crashed_at_start(text) \
+        and len(said) == 2
