@@ -12,7 +12,8 @@
   ``make_plan`` + ``render``, and the doctor's collector (``load_reports`` of the rank files
   and ``run_checks``) over reports of N nodes x 8 ranks made from a real rank's report.
 
-``--full NODESxRANKS`` (e.g. ``16x8``) once more starts that many ranks (MPI start only).
+``--full NODESxRANKS`` (e.g. ``16x8``) once more starts that many ranks on a fresh sandbox of
+NODES: the MPI start, then the whole doctor at RANKS per node (its checks' verdicts recorded).
 Writes the figures as JSON and a PNG (``--out``, ``--plot``). Run as root, nothing else using
 the sandbox's namespaces: ``python -m bench.sandbox_costs [--nodes 1,2,4,8,16,32]``.
 """
@@ -114,14 +115,22 @@ def job_start(sb: Sandbox, nodes: int, folder: Path) -> dict:
 
 
 def doctor(sb: Sandbox, nodes: int, folder: Path, per_node: int = 1) -> dict:
+    """The whole doctor's wall time; with ``per_node`` > 1 also every check that did not pass
+    (name: status and reason)."""
     wall, proc = _timed(lambda: subprocess.run(
         [sys.executable, "-m", "chainermn_rt", "doctor", "--site", SITE, "--nodes", str(nodes),
          "--gpus-per-node", str(per_node), "--out", str(folder), "--wait-timeout", "900",
          "--json"], env=_env(sb), capture_output=True, text=True, timeout=1000))
     if proc.returncode != 0:
-        raise RuntimeError(f"doctor on {nodes} nodes: rc {proc.returncode}: "
+        raise RuntimeError(f"doctor on {nodes} x {per_node}: rc {proc.returncode}: "
                            f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return {"doctor_s": wall}
+    if per_node == 1:
+        return {"doctor_s": wall}
+    checks = json.loads(proc.stdout)["checks"]
+    return {"doctor_s": wall, "doctor_checks": len(checks),
+            "doctor_not_passed": {c["name"]: f"{c['status']}: {c['reason']}" for c in checks
+                                  if c["status"] != "PASS"},
+            "doctor_reports": next(c["reason"] for c in checks if c["name"] == "reports")}
 
 
 def per_node_sandbox(nodes: int, tmp: Path) -> tuple[dict, dict]:
@@ -218,13 +227,36 @@ def plot(rows: list[dict], path: Path) -> None:
                   "nodes", "seconds")
 
 
+def full_run(nodes: int, per_node: int, tmp: Path) -> dict:
+    """``--full``: a fresh sandbox of ``nodes``; the MPI start, then the doctor, at
+    ``per_node`` ranks per node; a failure of either is recorded, not raised."""
+    sb = Sandbox.from_profile(SITE, nodes=nodes, state_dir=tmp / "state-full")
+    row: dict = {"nodes": nodes, "ranks_per_node": per_node, "utc": time.strftime(
+        "%Y-%m-%d %H:%M:%S", time.gmtime())}
+    sb.up()
+    try:
+        for name, step in (("mpi", lambda: mpi_start(sb, nodes, per_node,
+                                                      timeout=FULL_TIMEOUT_S)),
+                           ("doctor", lambda: doctor(sb, nodes, tmp / "doctor-full",
+                                                     per_node))):
+            try:
+                row |= step()
+            except RuntimeError as err:
+                row[f"{name}_error"] = str(err)[-500:]
+            print(json.dumps(row), flush=True)
+    finally:
+        sb.down()
+    return row
+
+
 def main() -> int:
     parser = Parser(prog="bench.sandbox_costs", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1,2,4,8,16,32",
                         help="node counts, comma-separated, each 1-32")
     parser.add_argument("--repeat", type=integer(1), default=200,
                         help="make_plan + render repetitions per node count")
-    parser.add_argument("--full", default=None, help="NODESxRANKS started once (MPI start)")
+    parser.add_argument("--full", default=None,
+                        help="NODESxRANKS started once: MPI start, then the doctor")
     parser.add_argument("--out", type=Path, default=Path("bench/sandbox_costs.json"))
     parser.add_argument("--plot", type=Path, default=Path("bench/sandbox_costs.png"))
     args = parser.parse_args()
@@ -247,17 +279,7 @@ def main() -> int:
         for row in result["bundle"]:
             print(json.dumps(row), flush=True)
         if full:
-            sb = Sandbox.from_profile(SITE, nodes=full[0], state_dir=Path(tmp) / "state-full")
-            sb.up()
-            try:
-                result["full"] = {"nodes": full[0], "ranks_per_node": full[1],
-                                  **mpi_start(sb, *full, timeout=FULL_TIMEOUT_S)}
-            except RuntimeError as err:
-                result["full"] = {"nodes": full[0], "ranks_per_node": full[1],
-                                  "error": str(err)[-500:]}
-            finally:
-                sb.down()
-            print(json.dumps(result["full"]), flush=True)
+            result["full"] = full_run(*full, Path(tmp))
     result["load_after"] = os.getloadavg()
     out.write_text(json.dumps(result, indent=1) + "\n")
     plot(rows, png)

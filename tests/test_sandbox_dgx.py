@@ -1,6 +1,7 @@
 """The paper's node count on the DGX-shaped sandbox (slurm/sites/sandbox-dgx.toml): 16 nodes
-of 8 fake GPUs, one sandbox start shared by a 16-node doctor and a 16-node MNIST job, at one
-rank per node (what 2 cores start quickly; the full 16 x 8 is in bench/RESULTS.md)."""
+of 8 fake GPUs, one sandbox start shared by a 16-node doctor, a 16-node MNIST job and a
+`scaling` series to 16 nodes, at one rank per node (what 2 cores start quickly; the full
+16 x 8 doctor is in bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,41 @@ def test_mnist_on_16_nodes(sandbox_dgx16, tmp_path):
                      out, re.MULTILINE), out
     log = json.loads((tmp_path / "result" / "log").read_text())
     assert [e["iteration"] for e in log] == [2, 4]
+
+
+@pytest.mark.slurm
+def test_scaling_series_to_16_nodes(sandbox_dgx16, tmp_path):
+    """``scaling --max-nodes 16`` at one rank per node, the smallest benchmark: a chain of 5
+    jobs (1, 2, 4, 8, 16 nodes); each point's result counts every rank of its job, on the
+    nodes it asked for, and the table has one row per point. No figure is judged."""
+    out = tmp_path / "study"
+    proc = _cli(sandbox_dgx16, tmp_path, "scaling", "--site", SITE, "--max-nodes", "16",
+                "--gpus-per-node", "1", "--time", "10", "--model", "mlp", "--batchsize", "8",
+                "--iterations", "2", "--warmup", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = [1, 2, 4, 8, 16]
+    names = ["1node"] + [f"{n}nodes" for n in counts[1:]]
+    jobs = {n: p["job"] for n, p in json.loads((out / "scaling.json").read_text())[
+        "points"].items()}
+    assert sorted(jobs, key=names.index) == names and len(set(jobs.values())) == 5, jobs
+    for name, nodes in zip(names, counts, strict=True):
+        assert proc.stdout.count(f"{name}: submitted job {jobs[name]} ({nodes} node(s) x 1)") \
+            == 1, proc.stdout
+        result = json.loads((out / f"{name}.json").read_text())
+        assert (result["ranks"], result["nodes"], result["iterations"]) == (nodes, nodes, 2)
+        per_rank = result["images_per_s_per_rank"]
+        assert len(per_rank) == nodes and all(v > 0 for v in per_rank), result
+        assert result["images_per_s"] == pytest.approx(sum(per_rank))
+    rows = json.loads((out / "table.json").read_text())
+    assert [(r["point"], r["nodes"], r["gpus"]) for r in rows] == \
+        [(name, n, n) for name, n in zip(names, counts, strict=True)]
+    one = rows[0]["images_per_s"]
+    for r in rows:  # one GPU is one node here: both efficiencies are the same
+        assert r["speedup"] == pytest.approx(r["images_per_s"] / one)
+        assert r["efficiency_vs_1gpu"] == pytest.approx(r["speedup"] / r["gpus"])
+        assert r["efficiency_vs_1node"] == pytest.approx(r["efficiency_vs_1gpu"])
+    table = (out / "scaling.md").read_text()
+    assert [line.split("|")[1:3] for line in table.splitlines()[2:]] == \
+        [[f" {n} ", f" {n} "] for n in counts], table
+    assert table in proc.stdout
+    assert (out / "scaling.png").read_bytes()[:4] == b"\x89PNG"
