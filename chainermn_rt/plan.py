@@ -45,6 +45,7 @@ from chainermn_rt.site import (
     parse_memory_mb,
     parse_time,
 )
+from chainermn_rt.stop_verdict import Rule, table
 
 # The job's log (#SBATCH --output), unless --log says otherwise.
 LOG_PATTERN = "%x-%j.out"
@@ -84,7 +85,8 @@ class Request:
 class Stop:
     """What the batch shell does on the site's signal (time limit, preemption): create the stop
     file, wait up to ``wait_s`` for the ranks' snapshot, then, when ``requeue``, requeue the
-    job (or its array task) while it has been requeued fewer than ``max_requeues`` times."""
+    job (or its array task) while it has been requeued fewer than ``max_requeues`` times:
+    ``verdicts``, every case decided."""
 
     signal: str
     wait_s: int
@@ -93,6 +95,11 @@ class Stop:
     file_var: str = STOP_FILE_VAR
     done_suffix: str = STOP_DONE_SUFFIX
     ready_suffix: str = STOP_READY_SUFFIX
+
+    @property
+    def verdicts(self) -> tuple[Rule, ...]:
+        """What the shell does once the step has ended, for every case (stop_verdict.py)."""
+        return table(self.wait_s, self.requeue, self.max_requeues)
 
 
 @dataclass(frozen=True)

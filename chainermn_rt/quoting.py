@@ -7,8 +7,9 @@ One function per language; every writer of a file another program reads or runs 
 - :func:`tcl`: Environment Modules' module files (``install/modulefiles.py``);
 - :func:`python`: the ReFrame configuration ``site reframe`` writes (``reframe/config.py``);
 - :func:`toml`, :func:`toml_key`: ``site init``'s profile, an install's ``site.toml``;
-- :func:`sh`, :func:`sh_join`, :func:`directive`: job scripts (render's filters ``sh``,
-  ``shjoin``, ``directive``), an install's wrappers, ReFrame's job fields;
+- :func:`sh`, :func:`sh_join`, :func:`sh_fill`, :func:`directive`: job scripts (render's
+  filters ``sh``, ``shjoin``, ``shfill``, ``directive``), an install's wrappers, ReFrame's
+  job fields;
 - :func:`comment`: what any of them writes after ``#`` or ``--``.
 
 JSON (MANIFEST.json, the slot table) is ``json.dumps``, exact for any ``str``. Text that is
@@ -201,6 +202,21 @@ def sh_join(argv: list[str] | tuple[str, ...], field: str = "a command") -> str:
 
 
 _PLAIN_DIRECTIVE = re.compile(r"[A-Za-z0-9_.,:@%/=+-]+\Z")
+
+
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+def sh_fill(text: str, field: str = "a shell message") -> str:
+    """One shell word: ``text`` as it is (:func:`sh`), but each ``{name}`` becomes the shell's
+    ``${name}`` when the word runs.
+
+    >>> print(sh_fill("snapshot {snapshot} written; it's $5"))
+    'snapshot '"${snapshot}"' written; it'"'"'s $5'
+    """
+    parts = _FIELD.split(text)  # literal, name, literal, ..., literal
+    return "".join(f'"${{{part}}}"' if i % 2 else sh(part, field)
+                   for i, part in enumerate(parts) if part or i % 2) or "''"
 
 
 def directive(value: str) -> str:

@@ -3,7 +3,8 @@
 Templates format; they decide nothing. Undefined values are errors (StrictUndefined), and
 every value reaches the shell through a quoting filter of :mod:`chainermn_rt.quoting`:
 
-- ``sh``: one shell word; ``shjoin``: an argv as shell words;
+- ``sh``: one shell word; ``shjoin``: an argv as shell words; ``shfill``: one shell word whose
+  ``{name}`` fields expand to the shell's ``$name`` (the stop verdicts' messages);
 - ``directive``: one ``#SBATCH`` value, quoted the way sbatch reads its directives.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import jinja2
 
 from chainermn_rt.plan import Plan
-from chainermn_rt.quoting import directive, sh, sh_join
+from chainermn_rt.quoting import directive, sh, sh_fill, sh_join
 from chainermn_rt.site import data_dir
 
 TEMPLATE = "job.sh.j2"
@@ -25,6 +26,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True)
     env.filters.update(sh=lambda value: sh(value, "the job script"),
                        shjoin=lambda argv: sh_join(argv, "the job script's command"),
+                       shfill=lambda text: sh_fill(text, "the job script's stop messages"),
                        directive=directive)
     return env
 

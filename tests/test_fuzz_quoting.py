@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import re
 import subprocess
 import tempfile
 import tomllib
@@ -18,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from chainermn_rt import quoting
@@ -268,6 +269,23 @@ def test_a_comment_stays_one_comment_in_every_language(note):
     tcl = tclsh(f"# {text}\nputs -nonewline ok\n")
     sh = subprocess.run(["sh", "-c", f"# {text}\nprintf ok"], capture_output=True)
     assert [p.stdout for p in (lua, tcl, sh)] == [b"ok"] * 3
+
+
+# -- shell words with the shell's values in them (the job script's stop messages) ------------
+@SOME
+@given(st.lists(any_text, min_size=3, max_size=3), st.lists(hostile, min_size=2, max_size=2))
+@example(["it's $HOME ", "_{x `id`}", "\\"], ["$(id)", "'\n"])
+def test_a_filled_shell_word_is_its_text_with_the_shells_values(literals, values):
+    text = literals[0] + "{first}" + literals[1] + "{second_one}" + literals[2]
+    assume(re.findall(r"\{([a-z_]+)\}", text) == ["first", "second_one"])
+    if "\0" in text or not utf8(text):
+        refused(quoting.sh_fill, text)
+        return
+    values = [value.replace("\0", "") for value in values]  # an environment holds no NUL
+    out = subprocess.run(["bash", "-c", f"printf %s {quoting.sh_fill(text)}"], check=True,
+                         env={"first": values[0], "second_one": values[1]},
+                         capture_output=True).stdout
+    assert out == (literals[0] + values[0] + literals[1] + values[1] + literals[2]).encode()
 
 
 # -- the module files' text for any prefix install accepts --------------------------------------

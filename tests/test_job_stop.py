@@ -7,6 +7,7 @@ the site's signal as Slurm would. tests/test_resume_sandbox.py runs the same wit
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.plan import Request, make_plan, stop_of
+from chainermn_rt.rank_contract import STOP_DONE_SUFFIX, STOP_READY_SUFFIX
 from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.stop_verdict import decide
 from chainermn_rt.submission import write_script
 
 SRUN = """#!/bin/sh
@@ -31,6 +34,16 @@ while [ ! -e "$CHAINERMN_RT_STOP_FILE" ]; do sleep 0.05; done
 touch "$STUB_DIR/ended"
 exit "${STUB_STOP_EXIT:-0}"
 """
+# The ranks leave the files of STUB_KEY's first three facts (snapshot, asked, resumable), then
+# exit 7. (`: >`, not touch: the touch stub waits on the stop file.)
+SRUN_FACTS = f"""#!/bin/bash
+f=$CHAINERMN_RT_STOP_FILE
+if [ "${{STUB_KEY:0:1}}" = 1 ]; then printf '%s\\n' "$STUB_SNAPSHOT" > "$f{STOP_DONE_SUFFIX}"; fi
+if [ "${{STUB_KEY:1:1}}" = 1 ]; then : > "$f"; fi
+if [ "${{STUB_KEY:2:1}}" = 1 ]; then : > "$f{STOP_READY_SUFFIX}"; fi
+touch "$STUB_DIR/started"
+exit 7
+"""
 SCONTROL = '#!/bin/sh\necho "$@" >> "$STUB_DIR/scontrol.log"\n'
 # The trap's touch returns only after the step has ended: the race CI once met (the step
 # ending while the trap still runs) happens every time.
@@ -43,7 +56,7 @@ fi
 """
 
 
-def _run(tmp_path: Path, env: dict[str, str], signal_it: bool = True,
+def _run(tmp_path: Path, env: dict[str, str], signal_it: bool = True, srun: str = SRUN,
          **site_changes) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run the sandbox profile's script (signal USR2@60, requeue, 3 restarts) as a batch shell;
     the exit status and stderr, and what scontrol was asked."""
@@ -52,7 +65,7 @@ def _run(tmp_path: Path, env: dict[str, str], signal_it: bool = True,
                           tmp_path / "job.sh")
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for name, text in (("srun", SRUN), ("scontrol", SCONTROL), ("touch", TOUCH)):
+    for name, text in (("srun", srun), ("scontrol", SCONTROL), ("touch", TOUCH)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "STUB_DIR": str(tmp_path), "SLURM_JOB_ID": "77",
@@ -123,6 +136,28 @@ def test_a_resumable_program_without_a_snapshot_in_time_resumes_from_the_one_bef
     said = "no snapshot within 45 s; the next run resumes from the one before; "
     assert said + ("requeueing job 77 (restart 1 of at most 3)" if asked else
                    "not requeueing (3 restart(s) allowed, 3 done)") in proc.stderr
+    assert not list(tmp_path.glob(".chainermn-rt-stop-*"))
+
+
+@pytest.mark.parametrize("key", ["".join(bits) for bits in itertools.product("10", repeat=4)])
+@pytest.mark.parametrize("changes", [{}, {"requeue": False}], ids=["requeue", "no-requeue"])
+def test_the_script_does_what_python_decided_for_every_case(tmp_path, key, changes):
+    """Each key (snapshot, asked, resumable, restarts left) set up by the step's files and
+    SLURM_RESTART_COUNT: the line, the requeue and the exit status are decide()'s."""
+    stop = stop_of(replace(load_site(resolve_site("sandbox")), **changes))
+    # a restart count below 0 gets "left" even where no restart is allowed: every key runs
+    restarts = (0 if stop.max_requeues else -1) if key[3] == "1" else stop.max_requeues
+    snapshot = "/out/it's $HOME `id`  a\\b"
+    proc, asked = _run(tmp_path, {"STUB_KEY": key, "STUB_SNAPSHOT": snapshot,
+                                  "SLURM_RESTART_COUNT": str(restarts)},
+                       signal_it=False, srun=SRUN_FACTS, **changes)
+    verdict = decide(*(bit == "1" for bit in key), wait_s=stop.wait_s, requeue=stop.requeue,
+                     max_requeues=stop.max_requeues)
+    said = verdict.message and verdict.message.format(
+        snapshot=snapshot, job="77", restarts=restarts, next=restarts + 1)
+    assert (proc.stderr, asked, proc.returncode) == (
+        f"chainermn-rt: {said}\n" if said else "", ["requeue 77"] if verdict.requeue else [],
+        7 if verdict.exit is None else verdict.exit)
     assert not list(tmp_path.glob(".chainermn-rt-stop-*"))
 
 

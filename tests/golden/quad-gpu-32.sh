@@ -61,27 +61,40 @@ while :; do  # a trapped signal ends `wait` early: wait again, for the step's ow
   wait "$step" && status=0 || status=$?
   [ -n "$trapped" ] || break
 done
-# A resumable program that wrote no snapshot in time (a slow iteration, a short grace time) is
-# requeued too: its next run resumes from the snapshot before.
-said=
-if [ -e "$CHAINERMN_RT_STOP_FILE.done" ]; then
-  said="snapshot $(cat "$CHAINERMN_RT_STOP_FILE.done") written"
-  status=0
-elif [ -e "$CHAINERMN_RT_STOP_FILE" ] && [ -e "$CHAINERMN_RT_STOP_FILE.resumable" ]; then
-  said="no snapshot within 75 s; the next run resumes from the one before"
-elif [ -e "$CHAINERMN_RT_STOP_FILE" ]; then
-  echo "chainermn-rt: the ranks wrote no snapshot (the program does not use chainermn_rt.resumable?); not requeueing" >&2
-fi
+# What follows the step is decided in chainermn_rt/stop_verdict.py, every case: the key holds
+# 1 or 0 for a snapshot written, a snapshot asked for, a resumable program, restarts left.
+key=
+for fact in "$CHAINERMN_RT_STOP_FILE.done" "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.resumable"; do
+  if [ -e "$fact" ]; then key+=1; else key+=0; fi
+done
+restarts=${SLURM_RESTART_COUNT:-0}
+if [ "$restarts" -lt 3 ]; then key+=1; next=$((restarts + 1)); else key+=0; fi
+snapshot=$(cat "$CHAINERMN_RT_STOP_FILE.done" 2>/dev/null) || snapshot=
 rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done" "$CHAINERMN_RT_STOP_FILE.resumable"
-if [ -n "$said" ]; then
-  restarts=${SLURM_RESTART_COUNT:-0}
-  if [ "$restarts" -lt 3 ]; then
-    job=${SLURM_JOB_ID:-}
-    if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then job=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}; fi
-    echo "chainermn-rt: $said; requeueing job $job (restart $((restarts + 1)) of at most 3)" >&2
+job=${SLURM_JOB_ID:-}
+if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then job=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}; fi
+case $key in
+  1??1)
+    printf 'chainermn-rt: %s\n' 'snapshot '"${snapshot}"' written; requeueing job '"${job}"' (restart '"${next}"' of at most 3)' >&2
     scontrol requeue "$job"
     exit 0
-  fi
-  echo "chainermn-rt: $said; not requeueing (3 restart(s) allowed, $restarts done)" >&2
-fi
+    ;;
+  1??0)
+    printf 'chainermn-rt: %s\n' 'snapshot '"${snapshot}"' written; not requeueing (3 restart(s) allowed, '"${restarts}"' done)' >&2
+    exit 0
+    ;;
+  0111)
+    printf 'chainermn-rt: %s\n' 'no snapshot within 75 s; the next run resumes from the one before; requeueing job '"${job}"' (restart '"${next}"' of at most 3)' >&2
+    scontrol requeue "$job"
+    exit 0
+    ;;
+  0110)
+    printf 'chainermn-rt: %s\n' 'no snapshot within 75 s; the next run resumes from the one before; not requeueing (3 restart(s) allowed, '"${restarts}"' done)' >&2
+    ;;
+  010?)
+    printf 'chainermn-rt: %s\n' 'the ranks wrote no snapshot (the program does not use chainermn_rt.resumable?); not requeueing' >&2
+    ;;
+  00??)
+    ;;
+esac
 exit "$status"
