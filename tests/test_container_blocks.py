@@ -25,7 +25,9 @@ from containers.blocks import (
     ucx,
     user,
 )
-from containers.recipe import CA_PRELUDE, Block, Recipe, Run, Stage, to_docker, to_singularity
+from containers.recipe import CA_PRELUDE, Block, Copy, Recipe, Run, Stage, to_docker, to_singularity
+
+from conftest import REPO
 
 PIN = {"version": "9.9", "url": "https://example.org/x-9.9.tar.bz2", "sha256": "ab" * 32}
 SECRET = "--mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle "
@@ -171,6 +173,20 @@ def test_openmpi_debian_source():
     assert docker(compose.Env(block.defaults, defaults=True)) == OPENMPI_DEFAULTS
     assert block.path == ("/opt/openmpi/bin",) and block.library_dirs == ("/opt/openmpi/lib",)
     assert "libhwloc15" in block.runtime_packages
+
+
+def test_openmpi_debian_4_1_4_gets_the_modex_fence_fix():
+    block = openmpi.debian("4.1.4-3")
+    copy, run = block.build
+    assert copy == Copy("containers/patches/openmpi-4.1.4-modex-fence.patch",
+                        "/usr/local/src/patches/openmpi-4.1.4-modex-fence.patch")
+    commands = run.commands
+    # on top of Debian's patches (dpkg-source -x), before autogen regenerates the build
+    at = commands.index(f"patch -p1 -i {copy.dest}")
+    assert commands[at - 1] == "cd /tmp/src/openmpi" and commands[at + 1] == "./autogen.pl --force"
+    patch = (REPO / copy.src).read_text()
+    assert "+++ b/ompi/runtime/ompi_mpi_init.c\n" in patch and "\nDescription: " in "\n" + patch
+    assert openmpi.fixes("9.9-1") == ()
 
 
 def test_openmpi_defaults_yield_to_the_caller_in_singularity():

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from containers.recipe import Run
 
-BUILD_PACKAGES = ("dpkg-dev",)
+BUILD_PACKAGES = ("dpkg-dev",)  # it depends on patch
+# The repository's own fixes of source packages (containers/patches/), copied here at build time.
+PATCHES = "containers/patches"
+PATCH_DIR = "/usr/local/src/patches"
 ENABLE_DEB_SRC = (
     "if [ -f /etc/apt/sources.list.d/debian.sources ]; then sed -i 's/^Types: deb$/Types: deb "
     "deb-src/' /etc/apt/sources.list.d/debian.sources; fi",
@@ -44,9 +47,12 @@ def fetch(package: str, version: str) -> tuple[str, ...]:
             "rm -rf /var/lib/apt/lists/*")
 
 
-def configure_make(package: str, version: str, configure: tuple[str, ...], comment: str) -> Run:
-    """One step: fetch and unpack the source package, configure, ``make install``, clean up."""
-    return Run((*fetch(package, version), f"cd /tmp/src/{package}", *configure,
+def configure_make(package: str, version: str, configure: tuple[str, ...], comment: str,
+                   patches: tuple[str, ...] = ()) -> Run:
+    """One step: fetch and unpack the source package, apply ``patches`` (files in the image,
+    ``-p1``, on top of Debian's own), configure, ``make install``, clean up."""
+    return Run((*fetch(package, version), f"cd /tmp/src/{package}",
+                *(f"patch -p1 -i {p}" for p in patches), *configure,
                 'make -j"$(nproc)" install', "cd /", "rm -rf /tmp/src"),
                comment=comment,
                ignore=(("DL3003", "configure and make run in the unpacked tree of this one step"),))

@@ -8,7 +8,7 @@ host driver's.
 Example::
 
     >>> b = debian("4.1.4-3")
-    >>> "--with-cuda=/usr/local/cuda --with-ucx=/opt/ucx" in b.build[0].commands[-4]
+    >>> "--with-cuda=/usr/local/cuda --with-ucx=/opt/ucx" in b.build[-1].commands[-4]
     True
     >>> dict(b.defaults)["OMPI_MCA_pml"]
     'ucx'
@@ -30,6 +30,9 @@ SSH = ("openssh-client",)
 DEBIAN_RUNTIME_PACKAGES = ("libevent-2.1-7", "libevent-pthreads-2.1-7", "libhwloc15", "zlib1g",
                            *SSH)
 DEBIAN_MPICC = "/usr/bin/mpicc"
+# Our patches of Debian's source, by upstream version. 4.1.4: MPI_Init's modex fence no longer
+# progresses the BTLs (a segfault at start-up; issue 25, bench/RESULTS.md).
+FIXES = {"4.1.4": ("openmpi-4.1.4-modex-fence.patch",)}
 # Containers usually lack CAP_SYS_PTRACE, which shared memory's CMA copy needs.
 NO_CMA = (("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),)
 # Defaults a site expects of a CUDA-aware build; each yields to a value set at run time.
@@ -49,8 +52,9 @@ def _configure(cuda: str, pmix_prefix: str, events: str) -> str:
             " --disable-man-pages")
 
 
-def _block(step, packages=(), runtime_packages=()) -> Block:
-    return Block("openmpi", build=(step,), runtime=(Copy(PREFIX, PREFIX, from_stage="build"),),
+def _block(step, packages=(), runtime_packages=(), copies=()) -> Block:
+    return Block("openmpi", build=(*copies, step),
+                 runtime=(Copy(PREFIX, PREFIX, from_stage="build"),),
                  build_packages=packages, runtime_packages=runtime_packages,
                  path=(f"{PREFIX}/bin",), library_dirs=(f"{PREFIX}/lib",), defaults=UCX_DEFAULTS)
 
@@ -61,8 +65,17 @@ def binary() -> Block:
                  runtime_packages=("openmpi-bin",), defaults=NO_CMA)
 
 
+def fixes(version: str) -> tuple[str, ...]:
+    """Our patches of Debian's source package ``version`` (containers/patches/)."""
+    return FIXES.get(debian_source.upstream(version), ())
+
+
 def debian(version: str, cuda: str = "/usr/local/cuda") -> Block:
-    """Debian 12's source package, configured CUDA-aware against Debian's PMIx, libevent, hwloc."""
+    """Debian 12's source package, configured CUDA-aware against Debian's PMIx, libevent, hwloc;
+    with our fixes of that version (``FIXES``)."""
+    copies = tuple(Copy(f"{debian_source.PATCHES}/{name}", f"{debian_source.PATCH_DIR}/{name}")
+                   for name in fixes(version))
+    patches = tuple(c.dest for c in copies)
     step = debian_source.configure_make(
         "openmpi", version,
         # Debian's patches touch configure.ac and m4 files: regenerate, as Debian's build does
@@ -70,9 +83,10 @@ def debian(version: str, cuda: str = "/usr/local/cuda") -> Block:
          _configure(cuda, pmix.DEBIAN_PREFIX, "--with-libevent=external --with-hwloc=external")
          + " --disable-mpi-fortran --disable-oshmem --disable-mpi-java"),
         comment=(f"Open MPI {version} (Debian 12's source): CUDA-aware, UCX, Debian's PMIx "
-                 "for srun --mpi=pmix, Slurm"))
+                 "for srun --mpi=pmix, Slurm" + (", our fixes" if patches else "")),
+        patches=patches)
     return _block(step, debian_source.BUILD_PACKAGES + ucx.AUTOTOOLS + ("flex",),
-                  runtime_packages=DEBIAN_RUNTIME_PACKAGES)
+                  runtime_packages=DEBIAN_RUNTIME_PACKAGES, copies=copies)
 
 
 def upstream(pin: dict, cuda: str = "/usr/local/cuda") -> Block:
