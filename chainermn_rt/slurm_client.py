@@ -33,6 +33,8 @@ FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 # Seconds a client command that only answers (scontrol show, srun --mpi=list) may take.
 ANSWER_S = 30.0
+# Seconds ``scontrol show job`` and ``sacct`` may take while a job is waited for.
+JOB_ANSWER_S = 60.0
 # What one client command may print on each of stdout and stderr; `scontrol show node -o` of
 # 10,000 nodes is about 10 MB.
 MAX_ANSWER_BYTES = 64 << 20
@@ -142,7 +144,7 @@ class Slurm:
 
     def show(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o``'s fields, or {} once Slurm has forgotten the job."""
-        proc = self.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=60)
+        proc = self.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=JOB_ANSWER_S)
         return record(proc.stdout) if proc.returncode == 0 else {}
 
     def stdout_path(self, job_id: str) -> Path | None:
@@ -170,7 +172,7 @@ class Slurm:
         the cluster keeps no accounts (or has no sacct)."""
         try:
             proc = self.run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o",
-                             "State,ExitCode"], timeout=60)
+                             "State,ExitCode"], timeout=JOB_ANSWER_S)
         except NoAnswer:
             raise
         except EnvironmentProblem:  # sacct not installed: scontrol's record answers
@@ -181,14 +183,24 @@ class Slurm:
         return final_state(*line[0].split("|", 1))
 
     def wait(self, job_id: str, timeout: float | None = None, poll: float = 1.0) -> FinalState:
-        """Poll until the job ends; :class:`JobFailed` when ``timeout`` seconds pass first."""
+        """Poll until the job ends; :class:`JobFailed` when ``timeout`` seconds pass first. A
+        poll that gets no answer (slurmctld starved on a loaded head node) is asked again
+        while ``timeout`` lasts; without one, :class:`NoAnswer` ends the wait."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while (found := self.state(job_id)) is None:
+        while (found := self._poll(job_id, deadline)) is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise JobFailed(f"job {job_id} did not end within {timeout:.0f} s; it goes on "
                                 f"(scancel {job_id} stops it)")
             time.sleep(poll)
         return found
+
+    def _poll(self, job_id: str, deadline: float | None) -> FinalState | None:
+        try:
+            return self.state(job_id)
+        except NoAnswer:
+            if deadline is None or time.monotonic() > deadline:
+                raise
+            return None
 
 
 def final_state(state: str, exit_code: str) -> FinalState | None:

@@ -14,6 +14,7 @@ import pytest
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.sandbox import Sandbox, netns, processes
+from chainermn_rt.sandbox.config import PMIX_TIMEOUT_S
 from chainermn_rt.sandbox.daemons import MARKER_VAR
 from chainermn_rt.sandbox.settings import STATE_VAR
 from examples.sandbox_demo import run_demo
@@ -63,6 +64,12 @@ def test_two_nodes_have_distinct_hostnames(sandbox):
     out = finished(sandbox, submit_text(sandbox, job("srun hostname"),
                                         ["--nodes=2", "--ntasks-per-node=1"]))
     assert sorted(out.split()) == ["node1", "node2"]
+
+
+def test_slurm_reads_the_sandboxs_pmix_timeout(sandbox):
+    config = sandbox.slurm.output(["scontrol", "show", "config"])
+    assert re.search(r"^PMIxTimeout\s*=\s*(\d+)", config, re.M).group(1) == \
+        str(PMIX_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("launcher", ["srun --mpi=pmix", "mpirun --allow-run-as-root"])

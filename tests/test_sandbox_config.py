@@ -51,6 +51,7 @@ def test_slurm_conf_from_the_profile(tmp_path):
         "AutoDetect=off", f"Name=gpu File={tmp_path}/dev/fakegpu[0-3]"]
     assert files["etc/hosts"].splitlines()[-2:] == ["10.213.0.2 node1", "10.213.0.3 node2"]
     assert "OMPI_MCA_btl_tcp_if_include=10.213.0.0/24" in files["etc/task_prolog.sh"]
+    assert conf(files, "etc/mpi.conf") == ["PMIxTimeout=900"]
 
 
 def test_accounting_settings_and_accounts_from_the_profile(tmp_path):

@@ -24,6 +24,9 @@ from chainermn_rt.site import Site, data_dir
 CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scontrol", "sinfo", "scancel", "sacct",
            "sacctmgr")
 DEFAULT_MEMORY_MB = 1024
+# How long Slurm's PMIx plugin waits for a fence (its default, 300 s, is shorter than a
+# 16 x 8 MPI_Init on 2 cores).
+PMIX_TIMEOUT_S = 900
 # Each daemon has a network namespace of its own: Slurm's default ports never collide.
 CONTROLLER_PORT, SLURMD_PORT = 6817, 6818
 
@@ -73,10 +76,12 @@ def render_files(site: Site, settings: SandboxSettings,
         "gpus": gpus, "gpu_type": gpu_type, "partitions": partitions,
         "head_addr": str(settings.head_address()), "head_name": netns.HEAD,
         "exports": task_exports(settings), "accounting": settings.accounting,
+        "pmix_timeout_s": PMIX_TIMEOUT_S,
     }
     env = _env()
     files = {f"etc/{name}": env.get_template(f"{name}.j2").render(values)
-             for name in ("slurm.conf", "gres.conf", "cgroup.conf", "task_prolog.sh", "hosts")}
+             for name in ("slurm.conf", "gres.conf", "cgroup.conf", "mpi.conf", "task_prolog.sh",
+                         "hosts")}
     files["env.sh"] = env.get_template("env.sh.j2").render(values)
     if settings.accounting:
         files["etc/slurmdbd.conf"] = env.get_template("slurmdbd.conf.j2").render(values)
