@@ -63,10 +63,15 @@ def _finish(sandbox, folder, job) -> tuple[str, str]:
     return state.state, log
 
 
-def _wait_for(path, job, sandbox, timeout=600) -> None:
+def _wait_for_snapshot_40(sandbox, folder, job, timeout=600) -> None:
+    """Wait for the job's snapshot of iteration 40. A job that ended first fails with its log,
+    so that Open MPI's start-up crash in it gets the rerun conftest gives that crash."""
+    path = folder / "out" / "snapshots" / "iter_000000040"
     deadline = time.monotonic() + timeout
     while not path.exists():
-        assert sandbox.slurm.state(job) is None, f"job {job} ended before {path} appeared"
+        if sandbox.slurm.state(job) is not None:
+            log = (folder / f"resume-{job}.out").read_text(errors="replace")
+            pytest.fail(f"job {job} ended before {path} appeared:\n{log[-3000:]}")
         assert time.monotonic() < deadline, f"{path} did not appear"
         time.sleep(0.5)
 
@@ -82,7 +87,7 @@ def uninterrupted(sandbox, tmp_path_factory) -> str:
 
 def test_a_job_requeued_with_scontrol_resumes_bit_identically(sandbox, tmp_path, uninterrupted):
     job = _submit(sandbox, tmp_path, "--slow-from", "41")
-    _wait_for(tmp_path / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    _wait_for_snapshot_40(sandbox, tmp_path, job)
     proc = sandbox.slurm.run(["scontrol", "requeue", job])
     assert proc.returncode == 0, proc.stderr
     state, log = _finish(sandbox, tmp_path, job)
@@ -136,7 +141,7 @@ def test_an_array_task_requeues_itself_and_without_an_allowance_the_job_just_sto
     snapshot and is not requeued."""
     task = tmp_path / "task"
     job = _submit(sandbox, task, "--slow-from", "41", sbatch=["--array=7"])
-    _wait_for(task / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    _wait_for_snapshot_40(sandbox, task, job)
     assert sandbox.slurm.run(["scancel", "--signal=USR2", "--batch", job]).returncode == 0
     state, log = _finish(sandbox, task, job)
     assert state == "COMPLETED", log[-3000:]
@@ -145,7 +150,7 @@ def test_an_array_task_requeues_itself_and_without_an_allowance_the_job_just_sto
 
     once = tmp_path / "once"
     job = _submit(sandbox, once, "--slow-from", "41", max_requeues=0)
-    _wait_for(once / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    _wait_for_snapshot_40(sandbox, once, job)
     assert sandbox.slurm.run(["scancel", "--signal=USR2", "--batch", job]).returncode == 0
     state, log = _finish(sandbox, once, job)
     assert state == "COMPLETED" and sandbox.slurm.show(job).get("Restarts") == "0", log[-3000:]
@@ -157,7 +162,7 @@ def test_an_array_task_requeues_itself_and_without_an_allowance_the_job_just_sto
 def _preempt(sandbox, folder, job) -> str:
     """Once the low job has its snapshot of iteration 40, a job under QOS high that needs every
     GPU of both nodes: Slurm preempts the low job for it."""
-    _wait_for(folder / "out" / "snapshots" / "iter_000000040", job, sandbox)
+    _wait_for_snapshot_40(sandbox, folder, job)
     high = submit_text(sandbox, "#!/bin/sh\nsrun true\n",
                        ["--qos=high", "--nodes=2", "--gres=gpu:4", "--job-name=high"])
     assert sandbox.slurm.wait(high, timeout=600, poll=0.5) == ("COMPLETED", 0)
