@@ -50,6 +50,12 @@ def _submit(sandbox, folder, *args, time_limit="10", sbatch=(), max_requeues=Non
     return sandbox.slurm.submit(folder / "job.sh", list(sbatch), cwd=folder)
 
 
+def _log(folder, job) -> str:
+    """The job's log: every run of it, appended ("" before Slurm created it)."""
+    path = folder / f"resume-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def _finish(sandbox, folder, job) -> tuple[str, str]:
     """Wait; (final state, the job's log: every run of it, appended)."""
     started = time.monotonic()
@@ -57,7 +63,7 @@ def _finish(sandbox, folder, job) -> tuple[str, str]:
         state = sandbox.slurm.wait(job, timeout=900, poll=0.5)  # a stuck sandbox, not a speed
     finally:
         sandbox.slurm.run(["scancel", job])
-    log = (folder / f"resume-{job}.out").read_text(errors="replace")
+    log = _log(folder, job)
     print(f"\nMEASURED job {job}: {state.state} after {time.monotonic() - started:.0f} s; "
           f"restarts {sandbox.slurm.show(job).get('Restarts')}")
     return state.state, log
@@ -70,8 +76,7 @@ def _wait_for_snapshot_40(sandbox, folder, job, timeout=600) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if sandbox.slurm.state(job) is not None:
-            log = (folder / f"resume-{job}.out").read_text(errors="replace")
-            pytest.fail(f"job {job} ended before {path} appeared:\n{log[-3000:]}")
+            pytest.fail(f"job {job} ended before {path} appeared:\n{_log(folder, job)[-3000:]}")
         assert time.monotonic() < deadline, f"{path} did not appear"
         time.sleep(0.5)
 
