@@ -37,7 +37,8 @@ from chainermn_rt import plotting
 from chainermn_rt.arguments import Parser, integer, output_file
 from chainermn_rt.doctor.cluster import Expected, run_checks
 from chainermn_rt.doctor.reports import GATHERED, load_reports, rank_file, write_json
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.render import render
 from chainermn_rt.sandbox import Sandbox, mpi_crash
 from chainermn_rt.sandbox.settings import STATE_VAR

@@ -10,9 +10,10 @@ an answer that is not Slurm's (``CPUTot=abc``) a UserError naming the node and t
 from __future__ import annotations
 
 from chainermn_rt.errors import UserError, message_value
-from chainermn_rt.site import MAX_NODES, Site, parse_time
+from chainermn_rt.site import MAX_NODES, Site
 from chainermn_rt.slurm_client import Slurm, whole
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_MEMORY_MB, gres_gpus
+from chainermn_rt.slurm_rules import parse_time
 
 
 def _time(text: str, where: str) -> int | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from chainermn_rt.arguments import integer
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import LOG_PATTERN, Request
+from chainermn_rt.job_request import LOG_PATTERN, Request
 from chainermn_rt.site import SITE_VAR, Site, load_site, resolve_site
 
 

@@ -14,7 +14,7 @@ import pytest
 from fixtures_reframe import reframe
 
 from chainermn_rt.doctor.job import doctor_plan
-from chainermn_rt.plan import Request
+from chainermn_rt.job_request import Request
 from chainermn_rt.reframe.jobs import REFRAME_WRITES
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site, resolve_site

@@ -132,16 +132,16 @@ def _pack(args: argparse.Namespace) -> int:
 
 
 def _stage(args: argparse.Namespace) -> int:
-    from chainermn_rt.data import stage
+    from chainermn_rt import stage_copy
 
     if args.job:
         if args.src or args.dest:
             raise UserError("--job: takes no SRC or DEST; allowed: --job alone, or SRC DEST")
-        stage.stage_job()
+        stage_copy.copy_step()
         return 0
     if not args.src or not args.dest:
         raise UserError("SRC DEST: missing; allowed: the folder to copy and where the copy "
                         "goes (or --job in a job script)")
-    copied = stage.stage(Path(args.src), Path(args.dest))
+    copied = stage_copy.copy_folder(Path(args.src), Path(args.dest))
     print(f"{args.src} -> {args.dest}: {copied}")
     return 0

@@ -31,7 +31,8 @@ from reframe.core.builtins import (
 from chainermn_rt.doctor.check import FAIL
 from chainermn_rt.doctor.cluster import BANDWIDTH_FACTOR
 from chainermn_rt.doctor.job import collect, doctor_plan, expected
-from chainermn_rt.plan import Plan, Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import Plan, make_plan
 from chainermn_rt.reframe.jobs import job_fields
 from chainermn_rt.site import Site, load_site
 

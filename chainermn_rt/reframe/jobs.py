@@ -1,6 +1,7 @@
 """A job Plan as a ReFrame test's fields: what ReFrame's ``srun`` launcher and job script need.
 
->>> from chainermn_rt.plan import Request, make_plan
+>>> from chainermn_rt.job_request import Request
+>>> from chainermn_rt.plan import make_plan
 >>> from chainermn_rt.site import load_site
 >>> plan = make_plan(load_site("slurm/sites/sandbox.toml"),
 ...                  Request(nodes=2, gpus_per_node=2, python="py", command=("true",)))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError, message_value
 from chainermn_rt.rank_contract import Slot
-from chainermn_rt.site import NAME, parse_time
+from chainermn_rt.site import NAME
 from chainermn_rt.site_init import hwloc, node_report, nvidia
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts
 from chainermn_rt.site_init.slots import cpu_list, gpu_slots
@@ -36,6 +36,7 @@ from chainermn_rt.slurm_records import (
     gres_gpu_type,
     gres_gpus,
 )
+from chainermn_rt.slurm_rules import parse_time
 
 PROBE_S = 600  # seconds the probe step may take, waiting for its node included
 UNLIMITED_AS = "365-00:00:00"  # a profile needs a max_time; Slurm's UNLIMITED becomes this
