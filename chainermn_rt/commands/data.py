@@ -17,6 +17,7 @@ from pathlib import Path
 
 from chainermn_rt.arguments import Parser, integer
 from chainermn_rt.errors import UserError
+from chainermn_rt.files import whole_folder
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,17 +77,9 @@ def _synth(args: argparse.Namespace) -> int:
 
     if args.out.exists():
         raise UserError(f"OUT: {args.out} exists; allowed: a new folder")
-    import shutil
-    import tempfile
-
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", dir=args.out.parent))
-    try:
-        files = synthetic.tree(partial, args.classes, args.per_class, first=args.first)
-        partial.rename(args.out)  # whole or not at all
-    except BaseException:
-        shutil.rmtree(partial)
-        raise
+    with whole_folder(args.out) as work:
+        files = synthetic.tree(work, args.classes, args.per_class, first=args.first)
     print(f"{args.out}: {len(files)} JPEGs in {args.classes} class folders")
     return 0
 
