@@ -1,6 +1,6 @@
 """The DALI loader (chainermn_rt/data/dali.py) on GPU 0: what it hands over, and its rate.
 
-On ImageNet-like JPEGs made here (chainermn_rt.data.synthetic, Pillow) packed into shards:
+On ImageNet-like JPEGs made here (chainermn_rt.data.writers.synthetic, Pillow) packed into shards:
 
 - training: every batch a CuPy array on the GPU over DALI's own memory (the pointer DALI's
   output has: no copy), ``(batch, 224, 224, 3)`` uint8; an epoch's labels are those of the
@@ -44,10 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     import chainer
     import numpy
 
-    from chainermn_rt.data import dali, manifest, pack, shards, synthetic, transforms
+    from chainermn_rt.data import dali, manifest, shards, transforms
     from chainermn_rt.data.batch import Batch, to_device
     from chainermn_rt.data.loader import Loader
     from chainermn_rt.data.sources import ShardSource
+    from chainermn_rt.data.writers import pack, synthetic
 
     gpu = 0 if args.device == "gpu" else None
     device = chainer.get_device("@numpy" if gpu is None else "@cupy:0")

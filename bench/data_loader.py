@@ -1,8 +1,8 @@
 """Feeding ResNet-50: the training data path per core, against its own bare decode loop, more
 worker processes, Pillow, NVIDIA DALI's CPU pipeline, and ``tar``.
 
-On ImageNet-like synthetic JPEGs (chainermn_rt.data.synthetic: 500x375-class sizes, quality 90,
-about 100 KB) packed into shards, every figure is images/s of the training transform
+On ImageNet-like synthetic JPEGs (chainermn_rt.data.writers.synthetic: 500x375-class sizes,
+quality 90, about 100 KB) packed into shards, every figure is images/s of the training transform
 (random-resized crop to 224 + flip), methods interleaved in rounds, median of the rounds:
 
 - ``bare``: the decoder and transform in a loop over the images held in memory (one core);
@@ -151,7 +151,7 @@ def main() -> int:
     parser.add_argument("--dali", help="a Python with nvidia-dali-cuda120 (throwaway venv)")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
-    from chainermn_rt.data import pack, synthetic
+    from chainermn_rt.data.writers import pack, synthetic
 
     work = Path(tempfile.mkdtemp(prefix="bench-data-"))
     try:

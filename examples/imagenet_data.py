@@ -43,11 +43,12 @@ def loaders(args, comm, device=None):
     by ``--decoder``: ``turbo`` (libjpeg-turbo in worker processes) or ``dali`` (NVIDIA DALI on
     ``device``'s GPU, or in its CPU-only mode on a CPU device)."""
     # here, not at the top: --synthetic runs where the decoder's libjpeg is missing
-    from chainermn_rt.data.loader import Loader, default_workers
+    from chainermn_rt.data.cpus import default_workers
+    from chainermn_rt.data.loader import Loader
 
     if not (args.train and args.val):
         raise UserError("--train and --val are required without --synthetic")
-    workers = default_workers() if args.workers is None else args.workers
+    workers = default_workers(spare=1) if args.workers is None else args.workers
     make = Loader
     if args.decoder == "dali":
         from chainermn_rt.data.dali import DaliLoader, require

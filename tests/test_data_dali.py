@@ -17,11 +17,12 @@ import numpy
 import pytest
 from fixtures_data import damaged_copy
 
-from chainermn_rt.data import manifest, pack, shards, synthetic, transforms
+from chainermn_rt.data import manifest, shards, transforms
 from chainermn_rt.data.batch import Batch, to_device
 from chainermn_rt.data.loader import Loader
 from chainermn_rt.data.shards import DataError
 from chainermn_rt.data.sources import ShardSource
+from chainermn_rt.data.writers import pack, synthetic
 from chainermn_rt.errors import UserError
 
 from conftest import PYTHON, REPO, run_mpi

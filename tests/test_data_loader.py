@@ -14,11 +14,12 @@ import numpy
 import pytest
 from fixtures_data import damaged_copy
 
-from chainermn_rt.data import batch, manifest, pack, shards, synthetic, transforms
+from chainermn_rt.data import batch, manifest, shards, transforms
 from chainermn_rt.data.batch import to_device
 from chainermn_rt.data.loader import Loader
 from chainermn_rt.data.shards import DataError
 from chainermn_rt.data.sources import FileSource, ShardSource
+from chainermn_rt.data.writers import pack, synthetic
 
 SIZES = ((64, 48), (48, 64), (80, 60))
 

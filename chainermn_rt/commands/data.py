@@ -1,9 +1,9 @@
 """``chainermn-rt data ACTION``: training data at the paper's scale.
 
-``data synth OUT`` writes an ImageNet-like tree of made-up JPEGs (chainermn_rt.data.synthetic).
-``data pack SRC OUT`` turns a class-folder tree or a ``PATH LABEL`` list of images into tar
-shards with a manifest (chainermn_rt.data.pack: parallel, resumable, files it cannot use
-skipped and listed, or refused with ``--strict``).
+``data synth OUT`` writes an ImageNet-like tree of made-up JPEGs
+(chainermn_rt.data.writers.synthetic). ``data pack SRC OUT`` turns a class-folder tree or a
+``PATH LABEL`` list of images into tar shards with a manifest (chainermn_rt.data.writers.pack:
+parallel, resumable, files it cannot use skipped and listed, or refused with ``--strict``).
 ``data stage SRC DEST`` copies the folder SRC (a folder of shards with ``manifest.json``: its
 shards, checked; any other: as it is) to DEST, whole or not at all; a complete DEST is left
 alone. ``data stage --job`` is a job script's copy step (``render --stage``): each staged
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from chainermn_rt.data import synthetic
+    from chainermn_rt.data.writers import synthetic
 
     if args.out.exists():
         raise UserError(f"OUT: {args.out} exists; allowed: a new folder")
@@ -87,7 +87,7 @@ def _synth(args: argparse.Namespace) -> int:
 def _pack(args: argparse.Namespace) -> int:
     import sys
 
-    from chainermn_rt.data import pack
+    from chainermn_rt.data.writers import pack
     from chainermn_rt.errors import print_line
 
     options = pack.Options(shard_size=args.shard_size, short_side=args.short_side,
@@ -108,7 +108,7 @@ def _pack(args: argparse.Namespace) -> int:
         verb = "cannot pack" if args.strict else "skipped"
         print_line(f"chainermn-rt data pack: {verb} {path!r}: {why}")
 
-    workers = args.workers or pack.default_workers(options)
+    workers = args.workers or pack.default_builders(options)
     try:
         result = pack.pack(args.src, str(args.out), options, workers, progress, report)
     finally:

@@ -9,6 +9,8 @@ node-local storage, decoded by worker processes at the core's limit (docs/data.m
 - ``loader``, ``worker``, ``batch``: batches of uint8 images from worker processes, and the
   converter that normalises them on the device; ``iterator``: what loaders share (epochs,
   ``serialize``); ``dali``: the same batches decoded by NVIDIA DALI (GPU, or its CPU mode);
-- ``pack``, ``stage``, ``synthetic``: ``chainermn-rt data pack``, ``data stage`` (node-local
-  copies, docs/staging.md), ``data synth`` (made-up JPEGs).
+- ``cpus``: how many workers a process's CPUs take (the loaders' decoders, pack's builders);
+- ``stage``: ``chainermn-rt data stage`` (node-local copies, docs/staging.md);
+- ``writers/``: what writes data, apart from the reading path: ``pack`` (``chainermn-rt data
+  pack``) and ``synthetic`` (``data synth``, made-up JPEGs).
 """

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy
 
 from chainermn_rt.data import jpeg
+from chainermn_rt.data.cpus import default_workers
 from chainermn_rt.data.iterator import BatchIterator, Job
-from chainermn_rt.data.loader import default_workers
 from chainermn_rt.data.shards import DataError
 from chainermn_rt.errors import UserError
 
@@ -64,7 +64,7 @@ class DaliLoader(BatchIterator):
         require()
         super().__init__(source, batch_size, repeat=repeat)
         self.transform, self.size, self.gpu = transform, size, gpu
-        self.workers = max(1, default_workers() if workers is None else workers)
+        self.workers = max(1, default_workers(spare=1) if workers is None else workers)
         self.depth = depth or 2
         self._pipe = None
         self._restart()

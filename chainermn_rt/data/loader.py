@@ -27,28 +27,25 @@ import weakref
 import numpy
 
 from chainermn_rt.data import jpeg, worker
+from chainermn_rt.data.cpus import default_workers
 from chainermn_rt.data.iterator import BatchIterator, Job
 from chainermn_rt.data.shards import DataError
 
 POLL_S = 0.5  # how often a wait for a worker checks that it still lives
 
 
-def default_workers() -> int:
-    """The rank's CPUs (its slot's binding) less one for the trainer."""
-    return max(0, len(os.sched_getaffinity(0)) - 1)
-
-
 class Loader(BatchIterator):
     """A Chainer iterator of :class:`Batch` es of ``batch_size`` from ``source`` (a
     ``ShardSource`` or ``FileSource``) cropped by ``transform`` to ``size`` x ``size``.
-    ``workers``: decoding processes (0: in this process; default: :func:`default_workers`).
+    ``workers``: decoding processes (0: in this process; default: the rank's CPUs less one for
+    the trainer).
     ``repeat=False``: one pass, the last batch possibly smaller (validation)."""
 
     def __init__(self, source, batch_size: int, transform, *, size: int = 224,
                  workers: int | None = None, repeat: bool = True, depth: int | None = None):
         super().__init__(source, batch_size, repeat=repeat)
         self.transform, self.size = transform, size
-        self.workers = default_workers() if workers is None else workers
+        self.workers = default_workers(spare=1) if workers is None else workers
         self.depth = depth or max(2, 2 * self.workers)
         shape = (self.depth + 1, batch_size, size, size, 3)
         self._procs, self._conns, self._shm = [], [], None
