@@ -162,3 +162,17 @@ def test_nothing_is_left_behind(data):
     it.finalize()
     assert all(p.poll() is not None for p in procs)
     assert set(os.listdir("/dev/shm")) <= before
+
+
+def test_workers_close_the_shards_the_loader_closed(data):
+    """A worker holds a descriptor of each shard in use, not of every shard it was handed:
+    over 8 epochs (64 shard openings) it never holds more than the 8 shards there are."""
+    _, path = data
+    it = train_loader(path, 1)
+    held = []
+    for _ in range(60):  # 240 samples: 8 epochs of 30
+        next(it)
+        held.append(len(os.listdir(f"/proc/{it._procs[0].pid}/fd")))  # noqa: SLF001
+    it.finalize()
+    shards = len(manifest.load(path).shards)
+    assert shards == 8 and max(held) - min(held) <= shards, held
