@@ -124,12 +124,10 @@ def pillow(images, size: int):
 def loader_round(shards: Path, workers: int, n: int, size: int) -> float:
     """Images/s of a fresh loader over ``n`` images after two warm-up batches; then it is
     stopped, so its prefetching never runs into another method's round."""
-    from chainermn_rt.data.loader import Loader
-    from chainermn_rt.data.sources import ShardSource
-    from chainermn_rt.data.transforms import TrainCrop
+    from chainermn_rt.data import make_loader, open_source
 
-    it = Loader(ShardSource(shards, train=True, buffer=256), 32, TrainCrop(size), size=size,
-                workers=workers)
+    it = make_loader(open_source(shards, train=True, buffer=256), 32, size=size,
+                     workers=workers)
     try:
         for _ in range(2):
             next(it)

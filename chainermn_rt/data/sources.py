@@ -63,6 +63,11 @@ def staged(path: str | os.PathLike) -> Path:
     return Path(local_path(str(path)))
 
 
+def is_shard_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path``, or the node-local copy the job staged of it, holds a manifest."""
+    return (staged(path) / manifest_.NAME).exists() or (Path(path) / manifest_.NAME).exists()
+
+
 class ShardSource:
     """A shard folder as read by ``rank`` of ``size`` ranks."""
 
