@@ -129,7 +129,7 @@ class DaliLoader(BatchIterator):
             raise self._blame(err) from None
         return self._pop_in_flight(), as_array(images, self.gpu is not None)
 
-    def _drop_inflight(self) -> None:
+    def _drop_in_flight(self) -> None:
         self._pipe = None  # DALI's scheduled batches cannot be taken back: a new pipeline
 
     def _restart(self) -> None:

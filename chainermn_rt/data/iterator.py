@@ -5,7 +5,7 @@ batches, counts epochs as Chainer's iterators do, keeps its place in the epoch t
 each batch (:meth:`BatchIterator._produce`): it takes a batch's samples (``_take``), counts it
 in flight while its decoder has it (``_add_in_flight``, ``_pop_in_flight``, ``_in_flight``:
 the queue is the base's own) and drops what it has in flight on a restart
-(``_drop_inflight``).
+(``_drop_in_flight``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class BatchIterator(chainer.dataset.Iterator):
         self.waited = 0.0  # seconds __next__ spent waiting for data
         self._lengths: dict[int, int] = {}
         self._on_shard_close = on_shard_close
-        self.__inflight: collections.deque[Job] = collections.deque()
+        self.__in_flight: collections.deque[Job] = collections.deque()
 
     # --- what a loader supplies ------------------------------------------------------------
     def _produce(self) -> tuple[Job, object]:
@@ -52,22 +52,22 @@ class BatchIterator(chainer.dataset.Iterator):
         the end of a one-pass loader."""
         raise NotImplementedError
 
-    def _drop_inflight(self) -> None:
+    def _drop_in_flight(self) -> None:
         """Forget the batches started but not handed out (the place in the epoch changed);
         :meth:`_in_flight` still lists them."""
 
     # --- the batches in flight: with the decoder, not yet handed out -----------------------
     def _add_in_flight(self, job: Job) -> None:
         """``job`` is with the decoder now (after :meth:`_take`)."""
-        self.__inflight.append(job)
+        self.__in_flight.append(job)
 
     def _pop_in_flight(self) -> Job | None:
         """The oldest batch in flight, no longer in flight; None when there is none."""
-        return self.__inflight.popleft() if self.__inflight else None
+        return self.__in_flight.popleft() if self.__in_flight else None
 
     def _in_flight(self) -> tuple[Job, ...]:
         """The batches in flight, oldest first."""
-        return tuple(self.__inflight)
+        return tuple(self.__in_flight)
 
     # --- Chainer's iterator interface -------------------------------------------------------
     def __next__(self) -> Batch:
@@ -115,9 +115,9 @@ class BatchIterator(chainer.dataset.Iterator):
 
     def _restart(self) -> None:
         """Read on from (epoch, current_position): drop what is in flight, skip what was read."""
-        if self.__inflight:
-            self._drop_inflight()
-        self.__inflight.clear()
+        if self.__in_flight:
+            self._drop_in_flight()
+        self.__in_flight.clear()
         self._next_index = 0
         self._read = (self.epoch, self.current_position)
         self._stream = None

@@ -71,7 +71,7 @@ class Loader(BatchIterator):
             self._decode_here(job, slot)
         return job, self._slots[slot, :len(job.samples)]
 
-    def _drop_inflight(self) -> None:
+    def _drop_in_flight(self) -> None:
         if self.workers:
             for job in self._in_flight():
                 self._wait(job, check=False)
