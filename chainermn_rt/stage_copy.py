@@ -29,7 +29,6 @@ import os
 import shutil
 import socket
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -38,6 +37,7 @@ from pathlib import Path
 
 from chainermn_rt.data import manifest as manifests
 from chainermn_rt.errors import EnvironmentProblem, UserError
+from chainermn_rt.files import whole_folder
 from chainermn_rt.staging import STAGE_LIVE_JOBS_VAR, job_of, staged_job
 
 BUFFER = 1 << 20  # read, hash and write in 1 MiB pieces: it stays in the core's cache
@@ -101,27 +101,19 @@ def copy_folder(src: Path, dest: Path, replace_incomplete: bool = False) -> Copi
                                  f"{socket.gethostname()}, {src} needs {needed / 1e9:.2f} GB")
     started = time.monotonic()
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_PARTIAL}", dir=dest.parent))
-    except OSError as err:
-        raise _write_error(dest.parent, err) from None
-    try:
-        _copy_all(src, tmp, items)
-        if manifest is not None:  # last, and only the manifest that was checked
-            _copy_file(src / manifests.NAME, tmp / manifests.NAME,
-                       memoryview(bytearray(BUFFER)))
-            if manifests.load(tmp, "SRC") != manifest:
-                raise UserError(f"SRC: {src / manifests.NAME} changed while it was staged; "
-                                "allowed: a folder no one writes to (stage it again)")
-        try:
-            os.rename(tmp, dest)
-        except OSError as err:
-            if not _complete(dest, manifest):  # not another stager that finished first
-                raise _write_error(dest, err) from None
-            shutil.rmtree(tmp)
+        with whole_folder(dest, mark=_PARTIAL) as tmp:
+            _copy_all(src, tmp, items)
+            if manifest is not None:  # last, and only the manifest that was checked
+                _copy_file(src / manifests.NAME, tmp / manifests.NAME,
+                           memoryview(bytearray(BUFFER)))
+                if manifests.load(tmp, "SRC") != manifest:
+                    raise UserError(f"SRC: {src / manifests.NAME} changed while it was "
+                                    "staged; allowed: a folder no one writes to (stage it "
+                                    "again)")
+    except OSError as err:  # making the hidden folder, or renaming it into place
+        if _complete(dest, manifest):  # another stager of the same node finished first
             return Copied(0, 0, 0.0, already=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise _write_error(dest.parent, err) from None
     return Copied(len([i for i in items if i.kind == "file"]) + (manifest is not None),
                   needed, time.monotonic() - started)
 

@@ -212,7 +212,7 @@ def test_two_nodes_two_ranks_train_resnet50_on_jpegs_in_charliecloud_on_the_sand
         sandbox, charliecloud_dir, tmp_path):
     """ImageNet's layout inside the cpu image: a class-folder tree of JPEGs decoded by the
     image's libjpeg-turbo, 4 ranks on 2 nodes, every validation image counted once."""
-    from chainermn_rt.data import synthetic
+    from chainermn_rt.data.writers import synthetic
     from chainermn_rt.job_request import Request
     from chainermn_rt.plan import make_plan
     from chainermn_rt.site import load_site

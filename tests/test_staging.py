@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -328,7 +329,7 @@ def test_a_scratch_that_cannot_be_written_is_one_line_exit_3(tmp_path, capsys, m
     def refused(**_):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(stage_module.tempfile, "mkdtemp", refused)
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
     status, err = _cli(capsys, "data", "stage", str(tmp_path / "src"), str(tmp_path / "d"))
     assert status == 3 and err.count("\n") == 1, err
     assert f"{tmp_path}: permission denied on " in err and "cannot take the copy" in err, err
