@@ -176,6 +176,10 @@ def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, t
     digests = [line.split()[-1] for line in out.splitlines() if "parameters sha256" in line]
     assert len(digests) == 4 and len(set(digests)) == 1, out
     assert "final accuracy: main/accuracy" in out, out
+    # the job script's `srun --cpu-bind=none` and the sandbox's TaskPlugin agree: the log shown
+    # to every new user does not begin with "srun: cluster configuration lacks support for cpu
+    # binding"
+    assert "lacks support for cpu binding" not in out, out
 
 
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
