@@ -105,7 +105,10 @@ def test_node_count_and_subnet_come_from_settings(tmp_path):
     files = render_files(site, sandbox_settings(site, nodes=4, state_dir=tmp_path))
     nodes = [ln.split()[2] for ln in conf(files) if ln.startswith("NodeName=")]
     assert nodes == [f"NodeAddr=172.30.8.{i + 1}" for i in range(1, 5)]
-    assert "Nodes=node[1-4] MaxNodes=2" in files["etc/slurm.conf"]  # the partition's own limit
+    # every partition spans the sandbox's nodes, whatever the profile's partitions say (2)
+    assert [ln for ln in conf(files) if ln.startswith("PartitionName=")] == [
+        f"PartitionName={p} Nodes=node[1-4] MaxNodes=4 MaxTime=00:30:00 Default={d} State=UP"
+        for p, d in (("gpu", "YES"), ("cpu", "NO"))]
 
 
 def test_state_folder_names_the_sandbox_and_never_depends_on_the_current_folder(
