@@ -68,8 +68,7 @@ def load(folder: Path, partial: bool = False) -> Run:
 
     def damage(message: str) -> None:
         if not partial:
-            raise UserError(f"{message}; allowed: an undamaged record file (--partial: merge "
-                            "the rest)")
+            raise UserError(f"{message} (--partial merges the rest)")
         damaged.append(message)
 
     for rank, path in files:
