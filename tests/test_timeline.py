@@ -8,55 +8,11 @@ import json
 
 import numpy
 import pytest
-from timeline_fakes import ORIGIN_NS, write_run
+from timeline_fakes import ORIGIN_NS, check_trace, write_run
 
 from chainermn_rt import cli
 from chainermn_rt.errors import UserError
 from chainermn_rt.timeline import gpu, locate, merge, records
-
-# --- the Chrome trace-event format ----------------------------------------------------------
-# https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU (the spec
-# Perfetto's JSON importer follows): an object with "traceEvents"; every event has name, ph,
-# pid, tid; timed ones ts in microseconds; "X" complete events a dur; "B"/"E" pairs match;
-# "i" instant events a scope s of g, p or t; "M" metadata events name their process or thread.
-PHASES = {"X", "B", "E", "i", "I", "M"}
-
-
-def check_trace(trace: dict) -> list[dict]:
-    """Every rule above; returns the timed events."""
-    assert set(trace) >= {"traceEvents"} and isinstance(trace["traceEvents"], list)
-    assert trace.get("displayTimeUnit", "ms") in ("ms", "ns")
-    timed = []
-    for e in trace["traceEvents"]:
-        assert isinstance(e["name"], str) and e["ph"] in PHASES, e
-        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
-        if e["ph"] == "M":
-            assert e["name"] in ("process_name", "thread_name", "process_sort_index",
-                                 "thread_sort_index"), e
-            assert isinstance(e["args"], dict), e
-            continue
-        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
-        if e["ph"] == "X":
-            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
-        if e["ph"] in ("i", "I"):
-            assert e.get("s", "t") in ("g", "p", "t"), e
-        timed.append(e)
-    threads: dict[tuple[int, int], list[dict]] = {}
-    for e in timed:
-        threads.setdefault((e["pid"], e["tid"]), []).append(e)
-    for events in threads.values():
-        stamps = [e["ts"] for e in events]
-        assert stamps == sorted(stamps), "ts goes backwards within a thread"
-        stack: list[float] = []  # ends of the open X events, and B's
-        for e in events:
-            while stack and stack[-1] <= e["ts"] and e["ph"] != "E":
-                stack.pop()
-            if e["ph"] == "X":
-                assert not stack or e["ts"] + e["dur"] <= stack[-1], f"{e} overlaps its parent"
-                stack.append(e["ts"] + e["dur"])
-        begins = sum(e["ph"] == "B" for e in events)
-        assert begins == sum(e["ph"] == "E" for e in events), "unmatched B/E"
-    return timed
 
 
 def _compute(ranks=4, steps=40, slow=None):
