@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.rank_contract import (
+    METRICS_DIR_VAR,
     RANK_LOG_PATTERN,
     RANK_LOG_VAR,
     SLOTS_VAR,
@@ -30,6 +31,8 @@ from chainermn_rt.rank_contract import (
     STOP_DONE_SUFFIX,
     STOP_FILE_VAR,
     STOP_READY_SUFFIX,
+    TIMELINE_FOLDER,
+    TIMELINE_VAR,
     check_settings,
     dump_slots,
 )
@@ -79,6 +82,8 @@ class Request:
     # folders on the shared file system copied to every node's local_scratch before the ranks
     # start (``--stage``); the ranks find the copies with chainermn_rt.staging.local_path
     stage: tuple[str, ...] = ()
+    # record every rank's step phases (``--timeline``; chainermn_rt.timeline)
+    timeline: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,16 @@ def stop_of(site: Site) -> Stop | None:
 
 
 @dataclass(frozen=True)
+class Timeline:
+    """The step timeline (``--timeline``): the script exports ``var`` as the folder ``folder``
+    + ``/<job id>`` in the job's working folder; a program calling chainermn_rt.timeline
+    records there (a requeued run appends), and ``chainermn-rt timeline JOBID`` finds it."""
+
+    var: str = TIMELINE_VAR
+    folder: str = TIMELINE_FOLDER
+
+
+@dataclass(frozen=True)
 class Plan:
     """The decided job: #SBATCH options, environment, and the launch line as argv lists."""
 
@@ -214,6 +229,7 @@ class Plan:
     gpus_per_node: int
     stop: Stop | None = None
     stage: Stage | None = None
+    timeline: Timeline | None = None
 
     @property
     def world_size(self) -> int:
@@ -317,10 +333,13 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int,
                             "KEY made of letters, digits and _")
         env[key] = check_printable(value, f"--env {key}")
     check_settings(dict(req.env), "--env ")
-    ours = (SLOTS_VAR, RANK_LOG_VAR, STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR)
+    ours = (SLOTS_VAR, RANK_LOG_VAR, STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR) + \
+        ((TIMELINE_VAR,) if req.timeline else ())
     if any(name in env for name in ours):
         raise UserError(f"--env: {', '.join(ours)} are set by chainermn-rt; allowed: any "
                         "other variable")
+    if site.metrics_textfile_dir:
+        env.setdefault(METRICS_DIR_VAR, site.metrics_textfile_dir)
     env[SLOTS_VAR] = dump_slots(part.topology.slots[:tasks_per_node])
     if per_rank_logs:
         env[RANK_LOG_VAR] = RANK_LOG_PATTERN
@@ -400,4 +419,5 @@ def make_plan(site: Site, req: Request) -> Plan:
         partition=part.name, nodes=req.nodes,
         tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus,
         stop=stop_of(site),
-        stage=_stage(site, part, req, req.nodes, container, pyxis_flags, python))
+        stage=_stage(site, part, req, req.nodes, container, pyxis_flags, python),
+        timeline=Timeline() if req.timeline else None)
