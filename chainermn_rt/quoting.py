@@ -255,7 +255,7 @@ def prometheus_label(value: str, field: str = "a Prometheus label value") -> str
     """A label value of Prometheus' text exposition format, quotes included: ``\\``, ``"``
     and the newline escaped, as the format allows (the file is UTF-8).
 
-    >>> print(prometheus_label('a"b\\c' + chr(10) + 'd'))
-    "a\\"b\\\\c\\nd"
+    >>> print(prometheus_label('say "hi"' + chr(92) + chr(10)))
+    "say \\"hi\\"\\\\\\n"
     """
     return '"' + "".join(_PROMETHEUS_ESCAPES.get(ch, ch) for ch in _utf8(value, field)) + '"'

@@ -176,6 +176,9 @@ def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, t
     digests = [line.split()[-1] for line in out.splitlines() if "parameters sha256" in line]
     assert len(digests) == 4 and len(set(digests)) == 1, out
     assert "final accuracy: main/accuracy" in out, out
+    report = re.search(r"^where the job's time went, rank by rank: (\S+/report\.html) ", out,
+                       re.MULTILINE)
+    assert report and os.path.isfile(report.group(1)), out
 
 
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
