@@ -117,8 +117,8 @@ def _phases(t: Tables, hosts: dict[int, str]) -> bytes:
     _rank_axis(ax, t.ranks, hosts)
     ax.set_ylabel("% of step time")
     ax.set_ylim(0, 100)
-    ax.set_title("Where each rank's step time goes", pad=28)
-    ax.legend(ncol=6, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.08))
+    ax.set_title("Where each rank's step time goes", pad=24)
+    ax.legend(ncol=6, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     return plotting.png(fig)
 
 
