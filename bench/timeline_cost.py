@@ -95,8 +95,9 @@ def main() -> int:
     from chainermn_rt.timeline.recorder import Recorder
 
     alone = Recorder(comms["plain"].mpi_comm.Split(rank, 0), folder / "direct")
-    noop = [alone._timed_next(lambda: [0] * 100), alone._timed_exchange(lambda: None),  # noqa: SLF001
-            alone._timed_optimizer(lambda: None)]  # noqa: SLF001
+    noop = [alone._timed_next(lambda: [0] * 100),  # noqa: SLF001
+            alone._timed_phase(lambda: None, "exchange"),  # noqa: SLF001
+            alone._timed_phase(lambda: None, "update")]  # noqa: SLF001
     steps = 20_000
     start = time.perf_counter()
     for i in range(steps):

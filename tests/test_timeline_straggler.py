@@ -1,6 +1,7 @@
 """The straggler rule (chainermn_rt/timeline/straggler.py) on generated step times: a slow rank
-is named, a balanced job names none, and noise (bounded jitter, occasional spikes) never trips
-it; rank 0's running view (live.py) judges as the whole records do."""
+is named, a rank the others wait for is named, a balanced job names none, and noise (bounded
+jitter, occasional spikes) never trips it; rank 0's running view (live.py) judges as the whole
+records do."""
 
 from __future__ import annotations
 
@@ -33,15 +34,14 @@ def noisy(draw, ranks_low=2, ranks_high=9):
     return compute
 
 
-def judge_of(compute: numpy.ndarray, exchange: numpy.ndarray | None = None) -> straggler.Judge:
-    data = 100.0
-    arrive = data + compute
-    if exchange is None:
-        exchange = arrive.max(axis=0) - arrive + 200
-    step = arrive + exchange + 50
+def judge_of(compute: numpy.ndarray) -> straggler.Judge:
+    """Every rank starts each step together, waits 100 us for data, computes, waits at the
+    exchange for the last one and 200 us more, then updates for 50 us."""
+    own = 150.0 + compute
+    step = numpy.broadcast_to(own.max(axis=0) + 200, compute.shape)
     judge = straggler.Judge(compute.shape[0])
     keep = numpy.arange(compute.shape[1]) >= straggler.WARMUP
-    judge.add(compute[:, keep], exchange[:, keep], step[:, keep])
+    judge.add(compute[:, keep], own[:, keep], step[:, keep])
     return judge
 
 
@@ -70,14 +70,13 @@ def test_a_rank_slower_in_most_steps_is_named(compute, data):
 @settings(max_examples=50, deadline=None)
 @given(st.integers(2, 8), STEPS, st.floats(0.2, 0.6))
 def test_a_rank_the_others_always_wait_for_is_named(ranks, steps, share):
-    """Its compute is like everyone's, but it arrives late (a slow data wait): the others'
-    exchange holds ``share`` of a step more than its own."""
+    """Its compute is like everyone's, but its data wait is ``share`` of a step longer."""
     compute = numpy.full((ranks, steps), 10_000.0)
     step = 20_000.0
-    exchange = numpy.full((ranks, steps), 200.0 + share * step)
-    exchange[ranks - 1] = 200.0
+    own = numpy.full((ranks, steps), 11_000.0)
+    own[ranks - 1] += share * step
     judge = straggler.Judge(ranks)
-    judge.add(compute, exchange, numpy.full((ranks, steps), step))
+    judge.add(compute, own, numpy.full((ranks, steps), step))
     named = judge.verdicts()
     if steps >= straggler.MIN_STEPS:
         assert [v.rank for v in named] == [ranks - 1] and named[0].ratio < 1.01
@@ -124,10 +123,11 @@ def test_the_running_view_and_the_records_judge_alike(tmp_path):
     live = Live(4)
     for lo, hi in ((0, 10), (10, 37), (37, 60)):  # three windows
         live.add([numpy.column_stack([
-            numpy.arange(lo, hi), *(tables.phases[p][r, lo:hi] * 1e6
+            numpy.arange(lo, hi), *(tables.phases[p][r, lo:hi]
                                    for p in ("data", "compute", "exchange", "update")),
-            tables.step[r, lo:hi] * 1e6, tables.samples[r, lo:hi]]) for r in range(4)], 1.0)
-    assert [t.counts.tolist() for t in live.judge.ratio] == \
-        [t.counts.tolist() for t in offline.ratio]
+            tables.step[r, lo:hi], tables.samples[r, lo:hi]]) for r in range(4)], 1.0)
+    for tallies in ("ratio", "wait"):
+        assert [t.counts.tolist() for t in getattr(live.judge, tallies)] == \
+            [t.counts.tolist() for t in getattr(offline, tallies)]
     assert [v.rank for v in offline.verdicts()] == [1]
     assert live.judge.line({1: "node1"}) == offline.line({1: "node1"})

@@ -15,37 +15,29 @@ JOB_OR_FOLDER and ``--partial``: as ``chainermn-rt timeline``'s.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from chainermn_rt.arguments import output_file
-from chainermn_rt.errors import print_line
 from chainermn_rt.files import write_atomically
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job_or_folder", metavar="JOB_OR_FOLDER",
-                        help="a timeline folder, or a Slurm job id rendered with --timeline")
-    parser.add_argument("--output", "-o", type=Path,
-                        help="the page (default: FOLDER/report.html)")
+    from chainermn_rt.timeline.locate import add_arguments
+
+    add_arguments(parser, "report.html", "report what can be read")
     parser.add_argument("--reference", metavar="ONE_NODE_RUN",
                         help="a one-node run's timeline folder or job id: the page shows the "
                              "parallel efficiency against it")
-    parser.add_argument("--partial", action="store_true",
-                        help="report what can be read when a rank's file is damaged or missing "
-                             "(named on stderr and in the page)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from chainermn_rt.errors import print_line
     from chainermn_rt.timeline import locate, merge, report
 
-    folder = locate.folder_of(args.job_or_folder)
-    output = output_file(args.output or folder / "report.html", "--output", (".html",))
-    loaded = merge.load(folder, partial=args.partial)
+    output, loaded = locate.load_arguments(args, "report.html", "report")
     reference = None
     if args.reference:
         reference = merge.load(locate.folder_of(args.reference), partial=args.partial)
-    for message in loaded.damaged + (reference.damaged if reference else []):
-        print_line(f"chainermn-rt report: warning: left out: {message}")
+        for message in reference.damaged:
+            print_line(f"chainermn-rt report: warning: left out of the reference: {message}")
     text = report.page(loaded, reference)
     write_atomically(output, lambda f: f.write(text))
     tables = merge.tables(loaded)

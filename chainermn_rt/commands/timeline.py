@@ -17,31 +17,21 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from chainermn_rt.arguments import output_file
-from chainermn_rt.errors import print_line
 from chainermn_rt.files import write_atomically
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job_or_folder", metavar="JOB_OR_FOLDER",
-                        help="a timeline folder, or a Slurm job id rendered with --timeline")
-    parser.add_argument("--output", "-o", type=Path,
-                        help="the trace file (default: FOLDER/trace.json)")
-    parser.add_argument("--partial", action="store_true",
-                        help="merge what can be read when a rank's file is damaged or missing "
-                             "(named on stderr)")
+    from chainermn_rt.timeline.locate import add_arguments
+
+    add_arguments(parser, "trace.json", "merge what can be read")
 
 
 def run(args: argparse.Namespace) -> int:
-    from chainermn_rt.timeline import locate, merge
+    from chainermn_rt.timeline import merge
+    from chainermn_rt.timeline.locate import load_arguments
 
-    folder = locate.folder_of(args.job_or_folder)
-    output = output_file(args.output or folder / "trace.json", "--output", (".json",))
-    loaded = merge.load(folder, partial=args.partial)
-    for message in loaded.damaged:
-        print_line(f"chainermn-rt timeline: warning: left out: {message}")
+    output, loaded = load_arguments(args, "trace.json", "timeline")
     trace = merge.trace(loaded)
     write_atomically(output, lambda f: json.dump(trace, f, separators=(",", ":")))
     tables = merge.tables(loaded)

@@ -10,7 +10,7 @@ shortest round trip is kept, and so is that bound (``rtt_us``: the error is at m
 whatever the network did). Measured again at the end, the two estimates show the drift between
 the start and the end, which the merge spreads linearly over the part.
 
->>> clock = Clock(origin_ns=10**18, counter=iter([5_000, 9_000]).__next__)
+>>> clock = Clock(origin_ns=10**18, counter=iter([4_000, 6_000, 9_000]).__next__)
 >>> clock.origin_ns, clock.now_us(), clock.absolute_us(4)
 (1000000000000000000, 4, 1000000000000004.0)
 """
@@ -30,8 +30,9 @@ class Clock:
     def __init__(self, origin_ns: int | None = None,
                  counter: Callable[[], int] = time.perf_counter_ns):
         self.counter = counter
+        before = counter()
         self.origin_ns = time.time_ns() if origin_ns is None else origin_ns
-        self._zero = counter()
+        self._zero = (before + counter()) // 2  # the counter when the wall clock was read
 
     def now_us(self) -> int:
         return (self.counter() - self._zero) // 1000

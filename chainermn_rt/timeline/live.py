@@ -55,14 +55,15 @@ class Live:
             return
         stack = numpy.stack([w[:k] for w in windows])  # ranks x steps x columns
         judged = stack[:, stack[0, :, INDEX] >= WARMUP, :]
-        self.judge.add(judged[..., COMPUTE], judged[..., EXCHANGE], judged[..., STEP])
+        self.judge.add(judged[..., COMPUTE], judged[..., STEP] - judged[..., EXCHANGE],
+                       judged[..., STEP])
         steps = stack[..., STEP]
         total = steps.sum()
         shares = {name: float(stack[..., i].sum() / total) if total else 0.0
                   for name, i in (("data", DATA), ("compute", COMPUTE),
                                   ("exchange", EXCHANGE), ("update", UPDATE))}
         shares["extensions"] = max(0.0, 1.0 - sum(shares.values()))
-        rank_of_step = slowest(stack[..., EXCHANGE]) if self.ranks > 1 else numpy.zeros(k, int)
+        rank_of_step = slowest(steps - stack[..., EXCHANGE])
         self.total_steps += k
         self.figures = Figures(
             images_per_s=float(stack[..., SAMPLES].sum() * self.every / seconds)
@@ -70,4 +71,5 @@ class Live:
             step_p50_s=float(numpy.percentile(steps, 50) / 1e6),
             step_p95_s=float(numpy.percentile(steps, 95) / 1e6),
             step_sum_s=float(steps[0].sum() / 1e6), steps=k, shares=shares,
-            slowest_rank=int(numpy.bincount(rank_of_step, minlength=self.ranks).argmax()))
+            slowest_rank=int(numpy.bincount(rank_of_step, minlength=self.ranks).argmax())
+            if self.ranks > 1 else None)

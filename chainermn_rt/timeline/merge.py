@@ -131,15 +131,18 @@ class Tables:
         """The straggler rule over these steps (the first WARMUP of each part left out)."""
         judge = Judge(self.ranks)
         keep = self.index >= WARMUP
-        judge.add(self.phases["compute"][:, keep], self.phases["exchange"][:, keep],
-                  self.step[:, keep])
+        judge.add(self.phases["compute"][:, keep], self.own()[:, keep], self.step[:, keep])
         return judge
 
     def slowest(self) -> numpy.ndarray:
         """Per step, the rank the others waited for (-1 with one rank)."""
         if self.ranks < 2:
             return numpy.full(len(self.iteration), -1)
-        return slowest(self.phases["exchange"])
+        return slowest(self.own())
+
+    def own(self) -> numpy.ndarray:
+        """Each rank's work outside the exchange, ranks x steps."""
+        return self.step - self.phases["exchange"]
 
 
 def tables(run: Run) -> Tables:

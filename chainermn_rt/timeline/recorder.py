@@ -116,7 +116,8 @@ class Recorder:
         self._begin: int | None = None
         self._phases: list[tuple[str, int, int]] = []
         self._samples = 0
-        self._data_end = self._exchange_begin = self._update_begin = None
+        self._data_end = None
+        self._first: dict[str, int] = {}  # phase -> when it first began in this step
         self._in_update = False
         self._compute_open = False
         # the part's counts and the current window
@@ -157,11 +158,11 @@ class Recorder:
         for name in EXCHANGES:
             method = getattr(comm, name, None)
             if callable(method):
-                setattr(comm, name, self._timed_exchange(method))
+                setattr(comm, name, self._timed_phase(method, "exchange"))
         for optimizer in updater.get_all_optimizers().values():
             actual = vars(optimizer).get("actual_optimizer")  # chainermn's multi-node optimizer
             if actual is not None:
-                actual.update = self._timed_optimizer(actual.update)
+                actual.update = self._timed_phase(actual.update, "update")
         trainer.extend(_StepEnd(self))
         run = trainer.run
 
@@ -202,38 +203,22 @@ class Recorder:
             self.ranges.pop()
             self._compute_open = False
 
-    def _timed_exchange(self, method):
+    def _timed_phase(self, method, phase: str):
+        """``method`` (an exchange, the optimizer's update) timed as ``phase`` when it runs
+        inside an update; the first of each phase in a step ends ``compute``."""
         @functools.wraps(method)
         def timed(*args, **kwargs):
             if not self._in_update:
                 return method(*args, **kwargs)
             begin = self.stamp()
             self._close_compute()
-            if self._exchange_begin is None:
-                self._exchange_begin = begin
-            self.ranges.push("exchange")
+            self._first.setdefault(phase, begin)
+            self.ranges.push(phase)
             try:
                 return method(*args, **kwargs)
             finally:
                 self.ranges.pop()
-                self.phase("exchange", begin, self.stamp())
-        return timed
-
-    def _timed_optimizer(self, update):
-        @functools.wraps(update)
-        def timed(*args, **kwargs):
-            if not self._in_update:
-                return update(*args, **kwargs)
-            begin = self.stamp()
-            self._close_compute()
-            if self._update_begin is None:
-                self._update_begin = begin
-            self.ranges.push("update")
-            try:
-                return update(*args, **kwargs)
-            finally:
-                self.ranges.pop()
-                self.phase("update", begin, self.stamp())
+                self.phase(phase, begin, self.stamp())
         return timed
 
     # --- a step ------------------------------------------------------------------------------
@@ -241,7 +226,8 @@ class Recorder:
         self._begin = self.stamp()
         self._phases = []
         self._samples = 0
-        self._data_end = self._exchange_begin = self._update_begin = None
+        self._data_end = None
+        self._first = {}
         self._in_update = True
         self.ranges.push("step")
 
@@ -251,7 +237,7 @@ class Recorder:
         self._close_compute()
         if self._begin is None:
             return
-        compute_end = self._exchange_begin or self._update_begin or end
+        compute_end = self._first.get("exchange") or self._first.get("update") or end
         compute_begin = self._data_end if self._data_end is not None else self._begin
         if compute_begin <= compute_end:
             self._phases.append(("compute", compute_begin, compute_end))

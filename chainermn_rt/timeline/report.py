@@ -205,8 +205,8 @@ def page(run: Run, reference: Run | None = None) -> str:
              "gradient allreduce (and the wait for the slowest rank); update: the optimizer; "
              "ext: extensions (evaluation, snapshots, logging)."),
         _img("slowest", "slowest rank per step", _slowest(t),
-             "For each stretch of the run, the share of steps in which each rank arrived last "
-             "at the exchange (the others waited for it)."),
+             "For each stretch of the run, the share of steps in which each rank had the most "
+             "work outside the exchange (the others waited for it)."),
         _img("exchange", "exchange share", _exchange(t),
              "The exchange's share of all ranks' step time, over the run."),
     ]

@@ -1,28 +1,31 @@
-"""The slow node: a rank whose compute is consistently slower than its peers', or on which the
-others always wait in the exchange.
+"""The slow node: a rank whose compute is consistently slower than its peers', or for which the
+others always wait at the exchange.
 
 The rule, for each rank, over every step recorded after the first :data:`WARMUP` of each part
 (the first update is a broadcast, the first steps tune and warm caches):
 
 - its ``compute`` (forward and backward) divided by the median of the other ranks' in the same
   step; the median of that ratio over the steps at least :data:`SLOW_RATIO` (1.15), or
-- the median of the other ranks' ``exchange`` minus its own, as a share of the step (the
-  median rank's step time), i.e. how long the others wait for it; the median over the steps at
+- its work outside the exchange (the step less the exchange: data wait, compute, update,
+  extensions) less the median of the other ranks', as a share of the step (the median rank's
+  step time): how long the others wait for it at the exchange; the median over the steps at
   least :data:`WAIT_SHARE` (0.15),
 
 and at least :data:`MIN_STEPS` steps. Medians, not means: a rank slowed in a few steps (a
 garbage collection, rank 0's logging) is not named; a rank slowed in most steps is. Jitter of
 up to 5 % on every phase of every rank moves the ratio to at most 1.105 and the wait to at most
-0.106 of a step, below both thresholds. The medians come from fixed histograms
+0.106 of a step, below both thresholds. Each rank's own work, not its exchange's duration nor
+when it arrived: an exchange also holds local work (packing and scaling the gradients), and on
+a loaded core a rank may leave it well after its peers, then arrive late at the next one
+through no fault of its own work. The medians come from fixed histograms
 (:class:`Tally`: 0.35 % bins for the ratio, 0.25 % of a step for the wait), so that a running
 job (rank 0, window by window) and ``chainermn-rt report`` (all the records) judge alike with
 bounded memory.
 
 >>> import numpy
 >>> compute = numpy.array([[10.0] * 30, [10.3] * 30, [20.0] * 30])   # rank 2: twice as slow
->>> exchange = numpy.array([[11.0] * 30, [10.7] * 30, [1.0] * 30])   # the others wait for it
 >>> judge = Judge(3)
->>> judge.add(compute, exchange, compute + exchange + 1)
+>>> judge.add(compute, own=compute + 1, step=numpy.full((3, 30), 21.0))
 >>> [v.rank for v in judge.verdicts()]
 [2]
 >>> print(judge.line({0: "node1", 1: "node1", 2: "node2"})[:90])
@@ -63,14 +66,14 @@ def median_of_others(values: numpy.ndarray) -> numpy.ndarray:
     return (kth_of_others((n - 2) // 2) + kth_of_others((n - 1) // 2)) / 2
 
 
-def slowest(exchange: numpy.ndarray) -> numpy.ndarray:
-    """Per step, the rank the others waited for: the one with the shortest exchange (it arrived
-    last).
+def slowest(own: numpy.ndarray) -> numpy.ndarray:
+    """Per step, the rank the others waited for: the one with the most work outside the
+    exchange.
 
     >>> slowest(numpy.array([[5.0, 1.0], [1.0, 5.0]])).tolist()
-    [1, 0]
+    [0, 1]
     """
-    return numpy.argmin(exchange, axis=0)
+    return numpy.argmax(own, axis=0)
 
 
 class Tally:
@@ -118,14 +121,14 @@ class Judge:
         self.ratio = [Tally(-4.0, 4.0, 0.005) for _ in range(ranks)]  # log2 of the ratio
         self.wait = [Tally(-1.0, 1.0, 0.0025) for _ in range(ranks)]
 
-    def add(self, compute: numpy.ndarray, exchange: numpy.ndarray,
-            step: numpy.ndarray) -> None:
-        """Durations of some steps, ranks x steps (any unit, the same for all three)."""
+    def add(self, compute: numpy.ndarray, own: numpy.ndarray, step: numpy.ndarray) -> None:
+        """Durations of some steps, ranks x steps: the compute, the work outside the exchange
+        (the step less the exchange) and the step; any unit, one for all three."""
         if self.ranks < 2 or compute.shape[1] == 0:
             return
         with numpy.errstate(divide="ignore", invalid="ignore"):
             ratio = numpy.log2(compute / median_of_others(compute))
-            wait = (median_of_others(exchange) - exchange) / numpy.median(step, axis=0)
+            wait = (own - median_of_others(own)) / numpy.median(step, axis=0)
         for r in range(self.ranks):
             self.ratio[r].add(ratio[r])
             self.wait[r].add(wait[r])
@@ -149,10 +152,10 @@ class Judge:
                     f"the first {WARMUP}; at least {MIN_STEPS})")
         if not named:
             return (f"chainermn-rt: slow node: none (every rank's compute within "
-                    f"{SLOW_RATIO:.2f}x its peers', exchange waits under {WAIT_SHARE:.0%} of a "
-                    f"step, over {self.steps()} steps)")
+                    f"{SLOW_RATIO:.2f}x its peers', none waited for over {WAIT_SHARE:.0%} of "
+                    f"a step, over {self.steps()} steps)")
         parts = [f"rank {v.rank} on {hosts.get(v.rank, '?')}: compute {v.ratio:.2f}x its "
-                 f"peers' median, the others wait {max(v.wait, 0):.0%} of a step for it in the "
+                 f"peers' median, the others wait {max(v.wait, 0):.0%} of a step for it at the "
                  f"exchange" for v in named]
         return (f"chainermn-rt: slow node: {'; '.join(parts)} (median over {named[0].steps} "
                 f"steps); exclude it with --exclude-from FILE (the timeline's "
