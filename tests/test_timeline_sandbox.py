@@ -84,11 +84,11 @@ def test_imagenet_on_made_up_jpegs_merges_and_reports(sandbox, tmp_path):
     job, text = run_job(sandbox, tmp_path, "imagenet-timeline", [
         PYTHON, str(REPO / "examples" / "train_imagenet.py"), "--n-class", "4", "--train",
         str(shards / "train"), "--val", str(shards / "val"), "--insize", "64", "--val-resize",
-        "73", "--batchsize", "8", "--iterations", "9", "--log-every", "3", "--no-progress",
+        "73", "--batchsize", "8", "--iterations", "6", "--log-every", "6", "--no-progress",
         "--workers", "1", "--out", str(tmp_path / "result")], stage=[str(shards)])
     assert "chainermn-rt: slow node: too few steps to judge" in text, text
     trace = merged(tmp_path, job)
     names = {e["name"] for e in trace["traceEvents"]}
     assert {"data", "compute", "exchange", "update", "ext:validation"} <= names
     steps = [e for e in trace["traceEvents"] if e["name"] == "step"]
-    assert len(steps) == 4 * 9 and {e["args"]["samples"] for e in steps} == {8}
+    assert len(steps) == 4 * 6 and {e["args"]["samples"] for e in steps} == {8}
