@@ -16,9 +16,10 @@ from chainermn_rt.communicators import create_communicator
 from chainermn_rt.job_env import JobEnvironment, LauncherMismatch, check_against_mpi
 from chainermn_rt.runtime import setup
 from chainermn_rt.snapshots import resumable
+from chainermn_rt.timeline import timeline
 
 __all__ = ["JobEnvironment", "LauncherMismatch", "check_against_mpi", "create_communicator",
-           "resumable", "setup", "version"]
+           "resumable", "setup", "timeline", "version"]
 
 
 def version() -> str:

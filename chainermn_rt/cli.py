@@ -37,6 +37,10 @@ COMMANDS = {
     "scaling": ("scaling", "the paper's scaling study: train benchmark jobs at 1 GPU and "
                            "1, 2, 4 ... N nodes, a table and a plot"),
     "data": ("data", "stage: copy a folder (of shards) to node-local storage, checked"),
+    "timeline": ("timeline", "merge a job's per-rank step records into one Chrome trace "
+                             "(Perfetto); name the slow node"),
+    "report": ("report", "a job's step records as one HTML page: throughput, step phases per "
+                         "rank, the slowest rank per step, parallel efficiency"),
 }
 
 

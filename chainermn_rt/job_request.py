@@ -55,6 +55,8 @@ class Request:
     # folders on the shared file system copied to every node's local_scratch before the ranks
     # start (``--stage``; chainermn_rt.staging)
     stage: tuple[str, ...] = ()
+    # record every rank's step phases (``--timeline``; chainermn_rt.timeline)
+    timeline: bool = False
 
 
 def checked(req: Request, part: Partition) -> Request:

@@ -18,12 +18,15 @@ from dataclasses import dataclass, replace
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request, checked
 from chainermn_rt.rank_contract import (
+    METRICS_DIR_VAR,
     RANK_LOG_PATTERN,
     RANK_LOG_VAR,
     SLOTS_VAR,
     STOP_DONE_SUFFIX,
     STOP_FILE_VAR,
     STOP_READY_SUFFIX,
+    TIMELINE_FOLDER,
+    TIMELINE_VAR,
     dump_slots,
 )
 from chainermn_rt.sbatch_options import owned
@@ -72,6 +75,16 @@ def stop_of(site: Site) -> Stop | None:
 
 
 @dataclass(frozen=True)
+class Timeline:
+    """The step timeline (``--timeline``): the script exports ``var`` as the folder ``folder``
+    + ``/<job id>`` in the job's working folder; a program calling chainermn_rt.timeline
+    records there (a requeued run appends), and ``chainermn-rt timeline JOBID`` finds it."""
+
+    var: str = TIMELINE_VAR
+    folder: str = TIMELINE_FOLDER
+
+
+@dataclass(frozen=True)
 class Plan:
     """The decided job: #SBATCH options, environment, and the launch line as argv lists."""
 
@@ -90,6 +103,7 @@ class Plan:
     gpus_per_node: int
     stop: Stop | None = None
     stage: Stage | None = None
+    timeline: Timeline | None = None
 
     @property
     def world_size(self) -> int:
@@ -187,10 +201,12 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int
                      "OMPI_MCA_oob_tcp_if_include"):
             env.setdefault(name, site.socket_ifname)
     env.update(req.env)
-    ours = (SLOTS_VAR, RANK_LOG_VAR, *STAGE_VARIABLES)
+    ours = (SLOTS_VAR, RANK_LOG_VAR, *STAGE_VARIABLES) + ((TIMELINE_VAR,) if req.timeline else ())
     if any(name in env for name in ours):
         raise UserError(f"--env: {', '.join(ours)} are set by chainermn-rt; allowed: any "
                         "other variable")
+    if site.metrics_textfile_dir:
+        env.setdefault(METRICS_DIR_VAR, site.metrics_textfile_dir)
     env[SLOTS_VAR] = dump_slots(part.topology.slots[:tasks_per_node])
     if req.per_rank_logs:
         env[RANK_LOG_VAR] = RANK_LOG_PATTERN
@@ -243,4 +259,5 @@ def make_plan(site: Site, req: Request) -> Plan:
         stop=stop_of(site),
         stage=plan_stage(req.stage, part.local_scratch,
                          f"partition {part.name!r} of site {site.name!r}", req.nodes,
-                         (*pyxis_flags, *container), python))
+                         (*pyxis_flags, *container), python),
+        timeline=Timeline() if req.timeline else None)

@@ -29,3 +29,16 @@ def save(fig, ax, path: Path, title: str, xlabel: str, ylabel: str) -> None:
     fig.tight_layout()
     write_atomically(path, lambda f: fig.savefig(f, format="png"), binary=True)
     plt.close(fig)
+
+
+def png(fig) -> bytes:
+    """The figure as PNG bytes (a page embeds them); frees the figure."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

@@ -10,7 +10,9 @@ One function per language; every writer of a file another program reads or runs 
 - :func:`sh`, :func:`sh_join`, :func:`sh_fill`, :func:`directive`: job scripts (render's
   filters ``sh``, ``shjoin``, ``shfill``, ``directive``), an install's wrappers, ReFrame's
   job fields;
-- :func:`comment`: what any of them writes after ``#`` or ``--``.
+- :func:`comment`: what any of them writes after ``#`` or ``--``;
+- :func:`prometheus_label`: a label's value in Prometheus' text exposition (the timeline's
+  metrics, ``timeline/metrics.py``).
 
 JSON (MANIFEST.json, the slot table) is ``json.dumps``, exact for any ``str``. Text that is
 not UTF-8 (a path's bytes, kept by Python as surrogates) is written exactly where the language
@@ -244,3 +246,16 @@ def comment(value: str) -> str:
     'x\\\\n[environment]\\\\tLD_PRELOAD'
     """
     return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in value)
+
+
+_PROMETHEUS_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
+
+
+def prometheus_label(value: str, field: str = "a Prometheus label value") -> str:
+    """A label value of Prometheus' text exposition format, quotes included: ``\\``, ``"``
+    and the newline escaped, as the format allows (the file is UTF-8).
+
+    >>> print(prometheus_label('say "hi"' + chr(92) + chr(10)))
+    "say \\"hi\\"\\\\\\n"
+    """
+    return '"' + "".join(_PROMETHEUS_ESCAPES.get(ch, ch) for ch in _utf8(value, field)) + '"'

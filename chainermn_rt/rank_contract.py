@@ -50,6 +50,14 @@ RANK_PID_VAR = "CHAINERMN_RT_RANK_PID"
 STALL_ACTION_VAR = "CHAINERMN_RT_STALL_ACTION"
 START_TIMEOUT_VAR = "CHAINERMN_RT_START_TIMEOUT"
 
+# The step timeline (chainermn_rt.timeline, docs/timeline.md): the run's record folder, which
+# `render --timeline` sets to TIMELINE_FOLDER/<job id> in the job's working folder; and the
+# node_exporter textfile-collector folder rank 0 writes the job's metrics into (the profile's
+# metrics_textfile_dir).
+TIMELINE_VAR = "CHAINERMN_RT_TIMELINE"
+TIMELINE_FOLDER = "timeline"
+METRICS_DIR_VAR = "CHAINERMN_RT_METRICS_DIR"
+
 # The settings above that a rank reads from its environment: name -> (parse, what is allowed).
 # A profile's [environment] and `render --env` are checked with them before a job is submitted;
 # the per-rank step and setup() check them again before anything starts (check_settings).

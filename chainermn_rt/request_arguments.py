@@ -60,6 +60,10 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
       help="copy this folder (absolute, on the shared file system) to every node's "
            "local_scratch before the ranks start, and remove the copy when the job ends "
            "(repeatable); ranks find it with chainermn_rt.staging.local_path(PATH)")
+    a("--timeline", action="store_true",
+      help="record every rank's step phases in timeline/<job id> of the job's working folder "
+           "(programs calling chainermn_rt.timeline; then `chainermn-rt timeline|report "
+           "JOBID`; docs/timeline.md)")
     a("--output", "-o", type=Path, help="write the script here (default: print it)")
     a("--dry-run", action="store_true", help="print what would be written; write nothing")
     a("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -94,6 +98,7 @@ def request_from(args: argparse.Namespace, **fields) -> Request:
     if hasattr(args, "job_name"):  # render's and submit's own arguments
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         values.update(command=tuple(command), job_name=args.job_name,
-                      per_rank_logs=args.per_rank_logs, log=args.log, stage=tuple(args.stage))
+                      per_rank_logs=args.per_rank_logs, log=args.log, stage=tuple(args.stage),
+                      timeline=args.timeline)
     values.update(fields)
     return Request(**values)

@@ -140,6 +140,9 @@ class Site:
     max_requeues: int = 3  # requeues of one job after a snapshot on the signal (with requeue)
     # seconds a preempted job runs on after the site's preemption signal (its QOS GraceTime)
     grace_time: int | None = None
+    # node_exporter's textfile-collector folder: rank 0 writes the job's metrics there
+    # (chainermn_rt.timeline; docs/timeline.md)
+    metrics_textfile_dir: str | None = None
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one (the one marked default, else the first)."""
@@ -264,6 +267,18 @@ def _topology(name: str, data: Any, where: str) -> Topology:
 
 LOCAL_SCRATCH_ALLOWED = ("an absolute path other than / of a folder each node has for itself, "
                          "e.g. \"/local/scratch\", without spaces, ':', ',' or '$'")
+
+
+METRICS_DIR_ALLOWED = ("an absolute path of node_exporter's textfile-collector folder on the "
+                       "compute nodes, e.g. \"/var/lib/node_exporter/textfile\", without '$'")
+
+
+def _metrics_dir(t: _Table) -> str | None:
+    value = t.text("metrics_textfile_dir", None, allowed=METRICS_DIR_ALLOWED)
+    if value is not None and (not value.startswith("/") or "$" in value):
+        raise UserError(f"{t.at('metrics_textfile_dir')}: {value!r} is not allowed; allowed: "
+                        f"{METRICS_DIR_ALLOWED}")
+    return value
 
 
 def _local_scratch(t: _Table, default: str | None) -> str | None:
@@ -493,7 +508,8 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
                                  "(or NCCL's list, e.g. \"^docker,lo\")"),
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
         sandbox=_sandbox(t.get("sandbox", dict, None), path),
-        allreduce_busbw_gbps=_checks(t.get("checks", dict, None)))
+        allreduce_busbw_gbps=_checks(t.get("checks", dict, None)),
+        metrics_textfile_dir=_metrics_dir(t))
     if not 0 <= site.max_requeues <= 1000:
         raise UserError(f"max_requeues: {site.max_requeues!r}; allowed: 0-1000")
     t.done()

@@ -41,7 +41,8 @@ def add_common_arguments(parser, *, batchsize: int, iterations: int) -> None:
 
 def make_trainer(args, comm, updater, evaluator):
     """A trainer with ``evaluator`` (an extension that evaluates across the ranks), logging and
-    progress on rank 0, resumable from its snapshots (chainermn_rt.resumable)."""
+    progress on rank 0, resumable from its snapshots (chainermn_rt.resumable), its steps
+    recorded when the job asks (chainermn_rt.timeline: ``render --timeline``)."""
     trainer = chainer.training.Trainer(updater, (args.iterations, "iteration"), out=args.out)
     every = (args.log_every, "iteration")
     trainer.extend(evaluator, trigger=every)
@@ -54,6 +55,7 @@ def make_trainer(args, comm, updater, evaluator):
             trainer.extend(extensions.ProgressBar(update_interval=1))
     chainermn_rt.resumable(trainer, comm, every=args.snapshot_every, keep=args.keep,
                            resume=args.resume or None)
+    chainermn_rt.timeline(trainer, comm)
     return trainer
 
 

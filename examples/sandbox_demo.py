@@ -1,8 +1,9 @@
 """``make demo``: ChainerMN MNIST (train_mnist.py beside this file) on 2 sandbox nodes x 2 ranks.
 
 Brings the local Slurm sandbox up (or reuses it), renders the job with ``chainermn-rt
-render --site sandbox``, submits it, waits for Slurm's final state, then prints where each
-rank ran, the training log, the throughput and the final accuracy::
+render --site sandbox --timeline``, submits it, waits for Slurm's final state, then prints where
+each rank ran, the training log, the throughput and the final accuracy, and ends with where
+the job's report page is (``chainermn-rt report``: where its time went, rank by rank)::
 
     python examples/sandbox_demo.py [--out build/demo] [--iterations 100]
 """
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 from chainermn_rt.errors import JobFailed
-from chainermn_rt.rank_contract import VERBOSE_VAR
+from chainermn_rt.rank_contract import TIMELINE_FOLDER, VERBOSE_VAR
 from chainermn_rt.sandbox import Sandbox
 from chainermn_rt.submission import Cluster
 
@@ -36,7 +37,7 @@ def render_job(out: Path, iterations: int, site: str = "sandbox",
              "--log-every", str(max(iterations // 5, 1)), "--no-progress", "--unit", "100",
              "--n-train", "6000", "--n-test", "1000", "--out", str(out / "result")]
     argv = ["chainermn-rt", "render", "--site", site, "--nodes", "2", "--gpus-per-node", "2",
-            "--time", "10", "--job-name", "mnist-demo", "--python", python,
+            "--time", "10", "--job-name", "mnist-demo", "--python", python, "--timeline",
             "--env", "OMP_NUM_THREADS=1",
             "--env", f"{VERBOSE_VAR}=1",  # each rank says where it runs
             "--output", str(script), "--", *train]
@@ -76,6 +77,21 @@ def run_demo(sandbox: Sandbox, out: Path, iterations: int, site: str = "sandbox"
         return 1
     accuracy = final_accuracy(out / "result")
     print("final accuracy: " + ", ".join(f"{k} {v:.4f}" for k, v in accuracy.items()))
+    return report(out, job)
+
+
+def report(out: Path, job: str) -> int:
+    """``chainermn-rt report`` of the job's timeline (``out/timeline/JOB``); 0 if written."""
+    folder = out / TIMELINE_FOLDER / job
+    proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "report", str(folder)],
+                          capture_output=True, text=True)
+    print(proc.stdout + proc.stderr, end="", flush=True)
+    if proc.returncode != 0:
+        print(f"demo FAILED: no report of job {job}'s timeline")
+        return 1
+    print(f"where the job's time went, rank by rank: {folder / 'report.html'} (open it in a "
+          f"browser; `chainermn-rt timeline {folder}` writes the trace for Perfetto's UI)",
+          flush=True)
     return 0
 
 

@@ -180,6 +180,9 @@ def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, t
     # to every new user does not begin with "srun: cluster configuration lacks support for cpu
     # binding"
     assert "lacks support for cpu binding" not in out, out
+    report = re.search(r"^where the job's time went, rank by rank: (\S+/report\.html) ", out,
+                       re.MULTILINE)
+    assert report and os.path.isfile(report.group(1)), out
 
 
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
