@@ -57,6 +57,8 @@ class Request:
     stage: tuple[str, ...] = ()
     # record every rank's step phases (``--timeline``; chainermn_rt.timeline)
     timeline: bool = False
+    # nodes the job must not run on (``--exclude-from FILE``; chainermn_rt.host_list)
+    exclude: tuple[str, ...] = ()
 
 
 def checked(req: Request, part: Partition) -> Request:
@@ -89,7 +91,7 @@ def checked(req: Request, part: Partition) -> Request:
     if req.python and "\0" in req.python:
         raise UserError("--python: contains a NUL byte; allowed: an interpreter's path or name")
     for value, where in ((req.image, "--image"), (req.account, "--account"),
-                         (req.qos, "--qos")):
+                         (req.qos, "--qos"), (",".join(req.exclude), "--exclude-from")):
         if value is not None:
             check_printable(value, where)
     for key, value in req.env:

@@ -132,13 +132,15 @@ def _tasks(site: Site, part: Partition, req: Request) -> tuple[int, int]:
     return r, 0
 
 
-def _container(site: Site, req: Request, scratch: str | None
+def _container(site: Site, req: Request, folders: tuple[str | None, ...]
                ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """(runtime, argv placed before the rank step, extra launcher flags); ``scratch``: a
-    node-local folder the container must see too (staged data), bound at the same path."""
+    """(runtime, argv placed before the rank step, extra launcher flags); ``folders``: host
+    folders the container must see too (staged data's node-local scratch, the metrics folder),
+    each bound at the same path unless the profile's binds have it."""
     c = site.container
-    if scratch and not any(b.split(":")[0].rstrip("/") == scratch for b in c.binds):
-        c = replace(c, binds=(*c.binds, f"{scratch}:{scratch}"))
+    for folder in filter(None, folders):
+        if not any(b.split(":")[0].rstrip("/") == folder for b in c.binds):
+            c = replace(c, binds=(*c.binds, f"{folder}:{folder}"))
     runtime = req.runtime or c.runtime
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime: {runtime!r} is not known; allowed: {' | '.join(RUNTIMES)}")
@@ -226,7 +228,8 @@ def _sbatch(site: Site, part: Partition, req: Request, tasks_per_node: int, cpus
                         else str(gpus)))
     options.append(("time", req.time))
     options += [(name, value) for name, value in (("mem", req.memory), ("account", account),
-                                                  ("qos", qos)) if value]
+                                                  ("qos", qos), ("exclude", ",".join(req.exclude)))
+                if value]
     options.append(("output", req.log))
     if site.signal:
         options.append(("signal", f"B:{site.signal}"))  # the shell's trap handles it
@@ -242,7 +245,7 @@ def make_plan(site: Site, req: Request) -> Plan:
     req = checked(req, part)
     tasks_per_node, gpus = _tasks(site, part, req)
     runtime, container, pyxis_flags = _container(
-        site, req, part.local_scratch if req.stage else None)
+        site, req, (part.local_scratch if req.stage else None, site.metrics_textfile_dir))
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable

@@ -15,6 +15,7 @@ import argparse
 import os
 from pathlib import Path
 
+from chainermn_rt import host_list
 from chainermn_rt.arguments import integer
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import LOG_PATTERN, Request
@@ -47,6 +48,9 @@ def add_site_arguments(parser: argparse.ArgumentParser, nodes: bool = True,
     a("--python", help="interpreter on the compute nodes for the per-rank step")
     a("--env", action="append", default=[], metavar="KEY=VALUE",
       help="extra environment for every rank (repeatable; overrides the profile)")
+    a("--exclude-from", metavar="FILE",
+      help="keep the job off the nodes this file names (as `doctor --exclude-bad` and a "
+           "--timeline job's slow-nodes.txt write them)")
 
 
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +96,8 @@ def request_from(args: argparse.Namespace, **fields) -> Request:
         gpus_per_node=args.gpus_per_node, ranks_per_node=args.ranks_per_node,
         partition=args.partition, time=args.time, image=args.image, runtime=args.runtime,
         launcher=args.launcher, account=args.account, qos=args.qos, memory=args.mem,
-        python=args.python, env=_env_pairs(args.env))
+        python=args.python, env=_env_pairs(args.env),
+        exclude=host_list.read(args.exclude_from) if args.exclude_from else ())
     if getattr(args, "nodes", None) is not None:
         values["nodes"] = args.nodes
     if hasattr(args, "job_name"):  # render's and submit's own arguments

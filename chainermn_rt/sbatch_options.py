@@ -21,6 +21,7 @@ PLAN_OPTIONS = {
     "job-name": "--job-name", "partition": "--partition", "nodes": "--nodes",
     "ntasks-per-node": _RANKS, "cpus-per-task": _CPUS, "gpus-per-node": _GPUS, "time": "--time",
     "mem": "--mem", "account": "account or --account", "qos": "qos or --qos", "output": "--log",
+    "exclude": "--exclude-from",
     "signal": "signal", "requeue": "requeue", "open-mode": "requeue (a requeued job appends "
                                                         "to its log)",
     "ntasks": _RANKS, "tasks-per-node": _RANKS, "ntasks-per-gpu": _RANKS,

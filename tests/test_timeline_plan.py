@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.rank_contract import METRICS_DIR_VAR, TIMELINE_VAR
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site
@@ -46,6 +47,11 @@ def test_the_profiles_metrics_folder_reaches_the_ranks(tmp_path):
     plan = make_plan(load_site(path), Request(nodes=1, command=("x",)))
     assert exported(render(plan), "1", tmp_path)[METRICS_DIR_VAR] == \
         "/var/lib/node exporter/'x'"
+    # in a container the folder is bound at the same path (Charliecloud here: `-b FOLDER`)
+    boxed = make_plan(load_site(path), Request(nodes=1, command=("x",), runtime="charliecloud",
+                                               image="/img"))
+    assert boxed.container[boxed.container.index("/img") - 1] == \
+        "/var/lib/node exporter/'x':/var/lib/node exporter/'x'"
     for bad in ("relative/dir", "/var/$HOME"):
         path.write_text(f'metrics_textfile_dir = "{bad}"\n{text}')
         with pytest.raises(UserError) as err:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from timeline_fakes import check_trace
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.rank_contract import TIMELINE_FOLDER
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site
@@ -63,10 +64,26 @@ def test_mnist_with_a_slowed_rank_names_its_node(sandbox, tmp_path):
         "--log-every", "20", "--slow-rank", "3", "--slow-factor", "4", "--out",
         str(tmp_path / "result")])
     assert "chainermn-rt: slow node: rank 3 on node2: compute " in text, text
-    assert (tmp_path / TIMELINE_FOLDER / job / "slow-nodes.txt").read_text() == "node2\n"
+    slow = tmp_path / TIMELINE_FOLDER / job / "slow-nodes.txt"
+    assert slow.read_text() == "node2\n"
     trace = merged(tmp_path, job)
     steps = [e for e in trace["traceEvents"] if e["name"] == "step"]
     assert len(steps) == 4 * 60
+    # the next job, given that file, keeps off node2: two nodes are more than are left, one
+    # runs on node1
+    def submit(nodes: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PYTHON, "-m", "chainermn_rt", "submit", "--site", "sandbox",
+                               "--nodes", nodes, "--gpus-per-node", "1", "--time", "5",
+                               "--exclude-from", str(slow), "--log", "after-%j.out", "--wait",
+                               "--", "/bin/hostname"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+
+    refused = submit("2")
+    assert refused.returncode != 0 and "node configuration is not available" in \
+        refused.stderr, refused.stdout + refused.stderr
+    ran = submit("1")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert [log.read_text().split() for log in tmp_path.glob("after-*.out")] == [["node1"]]
 
 
 def test_imagenet_on_made_up_jpegs_merges_and_reports(sandbox, tmp_path):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from timeline_fakes import write_run
 
+from chainermn_rt import host_list
 from chainermn_rt.timeline import merge, straggler
 from chainermn_rt.timeline.live import Live
 
@@ -91,7 +92,7 @@ def test_a_slow_node_of_two_ranks_names_both_and_its_host_once():
     hosts = {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
     assert [v.rank for v in judge.verdicts()] == [2, 3]
     assert judge.hosts(hosts) == ["node2"]
-    assert straggler.host_list_text(judge.hosts(hosts)) == "node2\n"
+    assert host_list.text(judge.hosts(hosts)) == "node2\n"
 
 
 def test_one_rank_or_too_few_steps_names_none():

@@ -14,6 +14,7 @@ gpu-per-rank  FAIL    node2: ranks 2, 3 all use GPU 0
 
 from __future__ import annotations
 
+from chainermn_rt import host_list
 from chainermn_rt.doctor.check import FAIL, Check
 from chainermn_rt.doctor.cluster import failed_nodes
 
@@ -30,6 +31,5 @@ def format_table(checks: list[Check]) -> str:
 
 
 def exclude_text(checks: list[Check]) -> str:
-    """The nodes a failed check blames as a Slurm node list (``sbatch --exclude``); "" if none."""
-    nodes = failed_nodes(checks)
-    return ",".join(nodes) + "\n" if nodes else ""
+    """The nodes a failed check blames, as the host list file ``--exclude-from`` reads."""
+    return host_list.text(failed_nodes(checks))

@@ -31,12 +31,13 @@ from pathlib import Path
 import chainer
 import numpy
 
+from chainermn_rt import host_list
 from chainermn_rt.errors import print_line
 from chainermn_rt.files import write_atomically
 from chainermn_rt.timeline import clock as clocks
 from chainermn_rt.timeline import gpu, metrics, records
 from chainermn_rt.timeline.live import COLUMNS, Live
-from chainermn_rt.timeline.straggler import SLOW_NODES_FILE, host_list_text
+from chainermn_rt.timeline.straggler import SLOW_NODES_FILE
 
 EXCHANGES = ("multi_node_mean_grad", "allreduce_grad", "bcast_data")
 FIRST_WINDOW = 10  # recorded steps before rank 0 sizes the windows from their times
@@ -342,7 +343,7 @@ class Recorder:
         if self.directory is not None:
             try:
                 write_atomically(self.directory / SLOW_NODES_FILE,
-                                 lambda f: f.write(host_list_text(judge.hosts(self.hosts))))
+                                 lambda f: f.write(host_list.text(judge.hosts(self.hosts))))
             except OSError as err:
                 print_line(f"chainermn-rt: warning: timeline: {self.directory}: "
                            f"{err.strerror}; {SLOW_NODES_FILE} not written")

@@ -165,12 +165,3 @@ class Judge:
         """The hosts of the named ranks, each once, in rank order."""
         return list(dict.fromkeys(hosts[v.rank] for v in self.verdicts() if v.rank in hosts))
 
-
-def host_list_text(hosts: list[str]) -> str:
-    """The host list file ``--exclude-from`` reads, in the form the doctor's ``--exclude-bad``
-    writes: one comma-separated Slurm node list and a newline, or nothing when none.
-
-    >>> host_list_text(["node2", "node10"]), host_list_text([])
-    ('node2,node10\\n', '')
-    """
-    return ",".join(hosts) + "\n" if hosts else ""
