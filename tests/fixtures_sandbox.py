@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.sandbox import Sandbox, SandboxError
+from chainermn_rt.sandbox.root import Root, ensure_root
 
 from conftest import require_commands
 
@@ -71,3 +73,14 @@ def sandbox_dgx16(tmp_path_factory):
         pytest.fail(f"the 16-node sandbox did not start: {err}", pytrace=False)
     yield sb
     sb.down()
+
+
+@pytest.fixture(scope="session")
+def debian13_root() -> Root:
+    """The Debian 13 root (chainermn_rt/sandbox/root.py) in this machine's cache: built the
+    first time (about a minute), checked against its pins after. Not built: the test fails."""
+    try:
+        return ensure_root()
+    except EnvironmentProblem as err:
+        pytest.fail(f"the Debian 13 root is not there and could not be built: {err}",
+                    pytrace=False)
