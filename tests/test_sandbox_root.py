@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -39,6 +40,8 @@ def test_the_root_holds_exactly_the_pinned_versions(debian13_root):
     pins = load_pins()
     assert differences(debian13_root) == []
     assert installed(debian13_root.rootfs, pins.versions()) == pins.versions()
+    assert rootmod.unpacked(debian13_root) == pins.older  # Debian 12's libmariadb3, for slurmdbd
+    assert (debian13_root.rootfs / pins.library_path().lstrip("/") / "libmariadb.so.3").is_file()
     stamp = json.loads((debian13_root.rootfs / STAMP).read_text())
     assert stamp["key"] == pins.key() == debian13_root.folder.name.removeprefix("debian13-")
     assert inside(debian13_root, ["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"]) \
@@ -154,3 +157,20 @@ def test_cli_a_root_that_cannot_be_built_is_one_line_exit_3(tmp_path):
     assert proc.returncode == 3 and proc.stdout == ""
     assert lines[-1].startswith("chainermn-rt sandbox: error: the Debian 13 root cannot be built")
     assert "Traceback" not in proc.stderr
+
+
+def test_roots_of_other_pins_are_kept_while_used_and_removed_after(tmp_path):
+    pins = load_pins()
+    keep = Root(tmp_path / f"debian13-{pins.key()}", pins)
+    keep.rootfs.mkdir(parents=True)
+    recent, old = tmp_path / "debian13-0123456789ab", tmp_path / "debian13-ba9876543210"
+    for other in (recent, old):
+        (other / "rootfs").mkdir(parents=True)
+        (other / rootmod.USED).touch()
+    (tmp_path / "build-ba9876543210.log").write_text("old\n")
+    (tmp_path / ".build-0123456789ab-99").mkdir()  # an interrupted build (the lock is held)
+    long_ago = time.time() - rootmod.KEEP_UNUSED_S - 60
+    os.utime(old / rootmod.USED, (long_ago, long_ago))
+    rootmod._remove_others(tmp_path, keep)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([keep.folder.name, recent.name])
+    assert (keep.folder / rootmod.USED).stat().st_mtime > long_ago

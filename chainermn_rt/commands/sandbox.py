@@ -1,6 +1,7 @@
 """``chainermn-rt sandbox up|down|status|exec|env``: the local multi-node Slurm sandbox.
 
     chainermn-rt sandbox up --nodes 2          # idempotent: "already up" when it is
+    chainermn-rt sandbox up --stack debian13   # Slurm 24.11, PMIx 5, Open MPI 5, Apptainer
     chainermn-rt sandbox exec -- sbatch job.sh # a client command against the sandbox
     chainermn-rt sandbox down                  # stops what it started, by recorded PIDs
     chainermn-rt sandbox root [-- CMD]         # the Debian 13 root (built once): its path, or
@@ -17,7 +18,7 @@ from chainermn_rt.arguments import integer
 from chainermn_rt.errors import EnvironmentProblem, UserError
 from chainermn_rt.sandbox import Sandbox
 from chainermn_rt.sandbox.root import ensure_root, root_env, run_in_root
-from chainermn_rt.sandbox.settings import STATE_VAR
+from chainermn_rt.sandbox.settings import DEFAULT_STACK, STACKS, STATE_VAR
 from chainermn_rt.site import SANDBOX_MAX_NODES
 
 
@@ -35,17 +36,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "build/sandbox); it names the sandbox: one per folder")
     parser.add_argument("--nodes", type=integer(1, SANDBOX_MAX_NODES), default=None,
                         help=f"compute nodes, 1-{SANDBOX_MAX_NODES} (default: the profile's)")
+    parser.add_argument("--stack", choices=list(STACKS), default=None,
+                        help="up: whose Slurm, MPI and Apptainer: " + "; ".join(
+                            f"{name}, {what}" for name, what in STACKS.items())
+                        + f" (default: {DEFAULT_STACK}); the other actions use the stack of "
+                          "the sandbox up in the state folder")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "root":
         return _root(args.argv[1:] if args.argv[:1] == ["--"] else args.argv)
-    sandbox = Sandbox.from_profile(args.site, nodes=args.nodes, state_dir=args.state)
+    sandbox = Sandbox.from_profile(args.site, nodes=args.nodes, state_dir=args.state,
+                                   stack=args.stack)
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if args.action != "exec" and argv:
         raise UserError(f"{args.action}: takes no command; allowed: exec -- COMMAND")
     if args.action == "up":
-        print(sandbox.up())
+        print(sandbox.up(say=lambda line: print(line, file=sys.stderr, flush=True)))
     elif args.action == "down":
         print(sandbox.down())
     elif args.action == "status":

@@ -30,7 +30,7 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, message_value
@@ -48,11 +48,14 @@ CACHE_VAR = "CHAINERMN_RT_ROOTS"
 # Bumped when the build's own steps change what a root holds: part of the cache key.
 REVISION = 1
 STAMP = "etc/chainermn-rt-root.json"   # in the root: what it was built from
+USED = "used"                          # beside rootfs: touched at each start
+KEEP_UNUSED_S = 2 * 86400              # a root of other pins is removed after that unused
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_TIMEOUT_S = 1800
 # The root's apptainer.conf: this host lacks CAP_SYS_RESOURCE ("Requesting capability set ...
 # while permitted ..."), and many ranks per node need one loop device for one SIF (8 here).
 APPTAINER_CONF = {"root default capabilities": "file", "shared loop devices": "yes"}
+OLDER = "/opt/chainermn-rt"  # in the root: packages of [older] unpacked, not installed
 UNSTABLE_DIR = "/var/tmp/chainermn-rt-unstable"  # the unstable .debs, in the root as it is built
 NO_DOCS = "".join(f"path-exclude=/usr/share/{d}/*\n" for d in ("doc", "man", "info", "locale"))
 
@@ -67,9 +70,24 @@ class Pins:
     packages: dict[str, str]          # from ``suite``
     unstable_suite: str
     unstable: dict[str, str]          # single packages from ``unstable_suite``
+    older_suite: str = "bookworm"
+    older: dict[str, str] = field(default_factory=dict)  # unpacked into OLDER/older_suite
 
     def versions(self) -> dict[str, str]:
+        """What is installed (dpkg knows it): ``packages`` and ``unstable``."""
         return {**self.packages, **self.unstable}
+
+    def suite_of(self, name: str) -> str:
+        return (self.unstable_suite if name in self.unstable else
+                self.older_suite if name in self.older else self.suite)
+
+    def older_folder(self) -> str:
+        """Inside the root: where the ``older`` packages are unpacked."""
+        return f"{OLDER}/{self.older_suite}"
+
+    def library_path(self) -> str | None:
+        """LD_LIBRARY_PATH for a program that needs the ``older`` libraries."""
+        return f"{self.older_folder()}/usr/lib/x86_64-linux-gnu" if self.older else None
 
     def key(self) -> str:
         """12 hex digits of a hash of everything that makes the root: its cache folder's name."""
@@ -82,9 +100,11 @@ def load_pins(path: Path | None = None) -> Pins:
     with open(path, "rb") as f:
         data = tomllib.load(f)
     unstable = dict(data.get("unstable", {}))
+    older = dict(data.get("older", {}))
     return Pins(suite=data["root"]["suite"], user=data["root"]["user"],
                 uid=int(data["root"]["uid"]), packages=dict(data["packages"]),
-                unstable_suite=unstable.pop("suite", "sid"), unstable=unstable)
+                unstable_suite=unstable.pop("suite", "sid"), unstable=unstable,
+                older_suite=older.pop("suite", "bookworm"), older=older)
 
 
 @dataclass(frozen=True)
@@ -186,9 +206,22 @@ def differences(root: Root) -> list[str]:
     except (OSError, ValueError):
         return [f"no {STAMP}"]
     wanted = root.pins.versions()
-    have = installed(root.rootfs, wanted)
+    have = {**installed(root.rootfs, wanted), **unpacked(root)}
     return [f"{name} {have.get(name, 'not installed')} (pinned {version})"
-            for name, version in wanted.items() if have.get(name) != version]
+            for name, version in {**wanted, **root.pins.older}.items()
+            if have.get(name) != version]
+
+
+def unpacked(root: Root) -> dict[str, str]:
+    """Package -> version of the ``older`` packages unpacked in the root (as each .deb said)."""
+    folder = root.rootfs / root.pins.older_folder().lstrip("/")
+    found = {}
+    for name in root.pins.older:
+        try:
+            found[name] = (folder / f"{name}.version").read_text().strip()
+        except OSError:
+            pass
+    return found
 
 
 # -- building ------------------------------------------------------------------------------
@@ -251,12 +284,21 @@ def _remove(folder: Path) -> None:
 
 
 def _remove_others(cache: Path, keep: Root) -> None:
-    """Roots of other pins and what interrupted builds left (the lock is held)."""
+    """What interrupted builds left (the lock is held: no build runs), and roots of other pins
+    (another checkout's) unused for :data:`KEEP_UNUSED_S`; ``keep`` marked as used now."""
+    (keep.folder / USED).touch()
+    now = time.time()
     for other in cache.iterdir():
-        if other.name.startswith("build-") and other.name != f"build-{keep.pins.key()}.log":
-            other.unlink(missing_ok=True)
-        elif other != keep.folder and other.name.startswith(("debian13-", ".build-", ".stale-")):
+        if other == keep.folder:
+            continue
+        if other.name.startswith((".build-", ".stale-")):
             shutil.rmtree(other, ignore_errors=True)
+        elif other.name.startswith("debian13-"):
+            used = other / USED if (other / USED).exists() else other
+            if now - used.stat().st_mtime > KEEP_UNUSED_S:
+                shutil.rmtree(other, ignore_errors=True)
+                (cache / f"build-{other.name.removeprefix('debian13-')}.log").unlink(
+                    missing_ok=True)
 
 
 def _probe(root: Root) -> None:
@@ -297,8 +339,7 @@ class _Build:
         gone = re.search(r"Version '([^']+)' for '([^']+)' was not found", said)
         if gone:
             version, name = gone.groups()
-            suite = (self.root.pins.unstable_suite if name in self.root.pins.unstable
-                     else self.root.pins.suite)
+            suite = self.root.pins.suite_of(name)
             return (f"{name} {version} is no longer on {self.mirror} ({suite}); put the version "
                     f"it now has in {data_dir() / 'sandbox' / PINS}")
         if re.search(r"Temporary failure resolving|Could not (connect|resolve)|Failed getting "
@@ -342,6 +383,7 @@ def _build(root: Root, cache: Path, say: Callable[[str], None]) -> None:
             'Acquire::Retries "3";\n' + host_apt_settings())
         (fs / "etc/apt/sources.list").write_text(f"deb {mirror} {pins.suite} main\n")
         debs = _fetch_unstable(b, pins, apt_env)
+        _unpack_older(b, pins, apt_env)
         say(f"apt-get install of {len(pins.versions())} pinned packages in the root")
         b.inside("apt-get update", ["apt-get", "update", "--error-on=any"])
         b.inside("apt-get install", ["apt-get", "install", "-y",
@@ -354,7 +396,8 @@ def _build(root: Root, cache: Path, say: Callable[[str], None]) -> None:
             shutil.rmtree(fs / junk, ignore_errors=True)
         (fs / "var/lib/apt/lists/partial").mkdir(parents=True)
         (fs / STAMP).write_text(json.dumps({"key": pins.key(), "revision": REVISION,
-                                            "versions": pins.versions(), "mirror": mirror,
+                                            "versions": {**pins.versions(), **pins.older},
+                                            "mirror": mirror,
                                             "built": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                                            indent=1) + "\n")
         wrong = differences(work)
@@ -373,8 +416,10 @@ def _check_mirror(b: _Build, pins: Pins) -> dict[str, str]:
     folder = b.work.folder / "apt"
     for sub in ("lists/partial", "cache/archives/partial", "none"):
         (folder / sub).mkdir(parents=True)
-    (folder / "sources.list").write_text(f"deb {b.mirror} {pins.suite} main\n"
-                                         f"deb {b.mirror} {pins.unstable_suite} main\n")
+    suites = [pins.suite, *([pins.unstable_suite] if pins.unstable else []),
+              *([pins.older_suite] if pins.older else [])]
+    (folder / "sources.list").write_text("".join(f"deb {b.mirror} {suite} main\n"
+                                                 for suite in suites))
     (folder / "apt.conf").write_text(private_apt_conf(str(folder))  # one retry: fail soon
                                      + f'Dir::State::status "{folder}/status";\n'
                                      + 'Acquire::Retries "1";\n')
@@ -382,16 +427,16 @@ def _check_mirror(b: _Build, pins: Pins) -> dict[str, str]:
     env = root_env({"APT_CONFIG": str(folder / "apt.conf")})
     b.run("apt-get update (the pinned versions' lists)", ["apt-get", "update", "--error-on=any"],
           env)
-    said = b.run("apt-cache madison", ["apt-cache", "madison", *pins.versions()], env)
+    every = {**pins.versions(), **pins.older}
+    said = b.run("apt-cache madison", ["apt-cache", "madison", *every], env)
     offered: dict[str, set[tuple[str, str]]] = {}
     for line in said.splitlines():
         cells = [c.strip() for c in line.split("|")]
         if len(cells) == 3 and cells[2].endswith("Packages"):
             suite = cells[2].split()[1].split("/")[0]
             offered.setdefault(cells[0], set()).add((cells[1], suite))
-    gone = [f"{name} {version} ({suite})" for name, version in pins.versions().items()
-            for suite in [pins.unstable_suite if name in pins.unstable else pins.suite]
-            if (version, suite) not in offered.get(name, set())]
+    gone = [f"{name} {version} ({pins.suite_of(name)})" for name, version in every.items()
+            if (version, pins.suite_of(name)) not in offered.get(name, set())]
     if gone:
         raise EnvironmentProblem(f"the Debian 13 root cannot be built: {b.mirror} no longer has "
                                  f"{', '.join(gone)}; put the versions it now has (apt-cache "
@@ -408,6 +453,26 @@ def _fetch_unstable(b: _Build, pins: Pins, env: dict[str, str]) -> list[str]:
           ["apt-get", "download", *(f"{n}={v}" for n, v in pins.unstable.items())], env,
           cwd=folder)
     return [f"{UNSTABLE_DIR}/{p.name}" for p in sorted(folder.glob("*.deb"))]
+
+
+def _unpack_older(b: _Build, pins: Pins, env: dict[str, str]) -> None:
+    """The ``older`` packages, downloaded by the host's apt and unpacked with dpkg-deb into
+    their folder in the root (dpkg inside does not know them: nothing of the root's own
+    changes), each with a file naming its version."""
+    if not pins.older:
+        return
+    debs = b.work.folder / "older"
+    debs.mkdir()
+    b.run(f"apt-get download ({pins.older_suite})",
+          ["apt-get", "download", *(f"{n}={v}" for n, v in pins.older.items())], env, cwd=debs)
+    target = b.work.rootfs / pins.older_folder().lstrip("/")
+    target.mkdir(parents=True)
+    for deb in sorted(debs.glob("*.deb")):
+        b.run(f"dpkg-deb -x {deb.name}", ["dpkg-deb", "-x", str(deb), str(target)])
+        fields = b.run(f"dpkg-deb -f {deb.name}", ["dpkg-deb", "-f", str(deb), "Package",
+                                                   "Version"])
+        info = dict(line.split(": ", 1) for line in fields.splitlines() if ": " in line)
+        (target / f"{info['Package']}.version").write_text(info["Version"] + "\n")
 
 
 def _configure(b: _Build, fs: Path, pins: Pins) -> None:
