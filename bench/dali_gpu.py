@@ -1,6 +1,6 @@
 """The DALI loader (chainermn_rt/data/dali.py) on GPU 0: what it hands over, and its rate.
 
-On ImageNet-like JPEGs made here (chainermn_rt.data.synthetic, Pillow) packed into shards:
+On ImageNet-like JPEGs made here (chainermn_rt.data.writers.synthetic, Pillow) packed into shards:
 
 - training: every batch a CuPy array on the GPU over DALI's own memory (the pointer DALI's
   output has: no copy), ``(batch, 224, 224, 3)`` uint8; an epoch's labels are those of the
@@ -44,10 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     import chainer
     import numpy
 
-    from chainermn_rt.data import dali, manifest, pack, shards, synthetic, transforms
+    from chainermn_rt.data import dali, make_loader, manifest, open_source, shards
     from chainermn_rt.data.batch import Batch, to_device
-    from chainermn_rt.data.loader import Loader
-    from chainermn_rt.data.sources import ShardSource
+    from chainermn_rt.data.writers import pack, synthetic
 
     gpu = 0 if args.device == "gpu" else None
     device = chainer.get_device("@numpy" if gpu is None else "@cupy:0")
@@ -72,11 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                       pack.Options(shard_size=16 if name == "train" else 3))
         train, val = root / "train-shards", root / "val-shards"
 
-        def loader(path, rank, train_):
-            source = ShardSource(path, rank, 2, train=train_, buffer=64)
-            crop = transforms.TrainCrop() if train_ else transforms.CentreCrop()
-            return dali.DaliLoader(source, args.batch, crop, workers=args.threads,
-                                   repeat=train_, gpu=gpu)
+        def loader(path, rank, train_, decoder="dali"):
+            source = open_source(path, train=train_, rank=rank, size=2, buffer=64)
+            return make_loader(source, args.batch, decoder=decoder,
+                               workers=args.threads if decoder == "dali" else 0, device=device)
 
         xp = device.xp
         for rank in (0, 1):
@@ -101,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         found, distances = [], []
         for rank in (0, 1):
             ours = list(loader(val, rank, False))
-            source = ShardSource(val, rank, 2, train=False)
-            theirs = [Batch(b.images.copy(), b.labels) for b in
-                      Loader(source, args.batch, transforms.CentreCrop(), workers=0,
-                             repeat=False)]
+            theirs = [Batch(b.images.copy(), b.labels) for b in loader(val, rank, False, "turbo")]
             found += [int(x) for b in ours for x in b.labels]
             a = numpy.concatenate([xp.asnumpy(b.images) if gpu is not None
                                    else b.images for b in ours]).astype(numpy.int16)

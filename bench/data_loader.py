@@ -1,8 +1,8 @@
 """Feeding ResNet-50: the training data path per core, against its own bare decode loop, more
 worker processes, Pillow, NVIDIA DALI's CPU pipeline, and ``tar``.
 
-On ImageNet-like synthetic JPEGs (chainermn_rt.data.synthetic: 500x375-class sizes, quality 90,
-about 100 KB) packed into shards, every figure is images/s of the training transform
+On ImageNet-like synthetic JPEGs (chainermn_rt.data.writers.synthetic: 500x375-class sizes,
+quality 90, about 100 KB) packed into shards, every figure is images/s of the training transform
 (random-resized crop to 224 + flip), methods interleaved in rounds, median of the rounds:
 
 - ``bare``: the decoder and transform in a loop over the images held in memory (one core);
@@ -124,12 +124,10 @@ def pillow(images, size: int):
 def loader_round(shards: Path, workers: int, n: int, size: int) -> float:
     """Images/s of a fresh loader over ``n`` images after two warm-up batches; then it is
     stopped, so its prefetching never runs into another method's round."""
-    from chainermn_rt.data.loader import Loader
-    from chainermn_rt.data.sources import ShardSource
-    from chainermn_rt.data.transforms import TrainCrop
+    from chainermn_rt.data import make_loader, open_source
 
-    it = Loader(ShardSource(shards, train=True, buffer=256), 32, TrainCrop(size), size=size,
-                workers=workers)
+    it = make_loader(open_source(shards, train=True, buffer=256), 32, size=size,
+                     workers=workers)
     try:
         for _ in range(2):
             next(it)
@@ -151,7 +149,7 @@ def main() -> int:
     parser.add_argument("--dali", help="a Python with nvidia-dali-cuda120 (throwaway venv)")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
-    from chainermn_rt.data import pack, synthetic
+    from chainermn_rt.data.writers import pack, synthetic
 
     work = Path(tempfile.mkdtemp(prefix="bench-data-"))
     try:

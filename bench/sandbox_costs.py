@@ -37,10 +37,12 @@ from chainermn_rt import plotting
 from chainermn_rt.arguments import Parser, integer, output_file
 from chainermn_rt.doctor.cluster import Expected, run_checks
 from chainermn_rt.doctor.reports import GATHERED, load_reports, rank_file, write_json
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.render import render
 from chainermn_rt.sandbox import Sandbox, mpi_crash
 from chainermn_rt.sandbox.settings import STATE_VAR
+from chainermn_rt.submission import Cluster
 
 SITE = "sandbox-dgx"
 MPI_TIMEOUT_S = 120  # 1 rank per node starts in seconds; a start past this hung
@@ -77,25 +79,33 @@ def mpi_start(sb: Sandbox, nodes: int, per_node: int = 1, timeout: float = 900) 
     once more, as the sandbox's policy for the crash is."""
     argv = ["srun", "--mpi=pmix", f"--nodes={nodes}", f"--ntasks-per-node={per_node}",
             "--time=15", sys.executable, "-c", MPI_PROGRAM]
-    failed = []
-    for _ in range(1 + mpi_crash.AGAIN):
-        try:
-            wall, proc = _timed(lambda: subprocess.run(  # a crash's core file goes there
-                argv, env=_env(sb), capture_output=True, text=True, timeout=timeout,
-                cwd=sb.state_dir / "jobs"))
+
+
+    def launch() -> tuple[float, subprocess.CompletedProcess | str]:
+        try:  # in the jobs folder: a crash's core file goes there
+            return _timed(lambda: subprocess.run(argv, env=_env(sb), capture_output=True,
+                                                 text=True, timeout=timeout,
+                                                 cwd=sb.state_dir / "jobs"))
         except subprocess.TimeoutExpired:
-            failed.append(f"hung past {timeout:.0f} s")
-            continue
-        if mpi_crash.crashed_at_start(proc.stdout + proc.stderr):
-            failed.append("Open MPI's start-up crash")
-            continue
-        inits = [float(ln.split()[1]) for ln in proc.stdout.splitlines()
-                 if ln.startswith("init ")]
-        if proc.returncode != 0 or len(inits) != nodes * per_node:
-            raise RuntimeError(f"srun of {nodes} x {per_node}: rc {proc.returncode}, "
-                               f"{len(inits)} ranks said init; {proc.stderr[-2000:]}")
-        return {"srun_s": wall, "init_barrier_max_s": max(inits), "mpi_failed_starts": failed}
-    raise RuntimeError(f"srun of {nodes} x {per_node}: {'; '.join(failed)}")
+            return timeout, f"hung past {timeout:.0f} s"
+
+    def failed(tried) -> str | None:
+        if isinstance(tried[1], str):
+            return tried[1]
+        if mpi_crash.crashed_at_start(tried[1].stdout + tried[1].stderr):
+            return "Open MPI's start-up crash"
+        return None
+
+    tries = mpi_crash.launched(launch, failed)
+    failures = [failed(t) for t in tries if failed(t)]
+    if failed(tries[-1]):
+        raise RuntimeError(f"srun of {nodes} x {per_node}: {'; '.join(failures)}")
+    wall, proc = tries[-1]
+    inits = [float(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("init ")]
+    if proc.returncode != 0 or len(inits) != nodes * per_node:
+        raise RuntimeError(f"srun of {nodes} x {per_node}: rc {proc.returncode}, "
+                           f"{len(inits)} ranks said init; {proc.stderr[-2000:]}")
+    return {"srun_s": wall, "init_barrier_max_s": max(inits), "mpi_failed_starts": failures}
 
 
 def job_start(sb: Sandbox, nodes: int, folder: Path) -> dict:
@@ -103,14 +113,15 @@ def job_start(sb: Sandbox, nodes: int, folder: Path) -> dict:
     plan = make_plan(sb.site, Request(nodes=nodes, gpus_per_node=1, time="10",
                                       python=sys.executable,
                                       command=(sys.executable, "-c", START_PROGRAM, str(folder))))
-    script = folder / "job.sh"
-    script.write_text(render(plan))
-    submitted = time.time()
-    job = sb.slurm.submit(script, [], cwd=folder)
-    final = sb.slurm.wait(job)
-    starts = [float(p.read_text()) - submitted for p in folder.glob("start-*")]
-    if tuple(final) != ("COMPLETED", 0) or len(starts) != nodes:
-        raise RuntimeError(f"job {job}: {final}, {len(starts)} of {nodes} ranks started")
+    submitted = [time.time()]
+    # the one submit-and-wait path, with its policy for Open MPI's start-up crash
+    done = Cluster(sb.site, sb.slurm).run(
+        folder / "job.sh", plan, cwd=folder,
+        submitted=lambda job: submitted.append(time.time()), say=lambda line: None)
+    starts = [float(p.read_text()) - submitted[-1] for p in folder.glob("start-*")]
+    if tuple(done.state) != ("COMPLETED", 0) or len(starts) != nodes:
+        raise RuntimeError(f"job {done.job}: {done.state}, {len(starts)} of {nodes} ranks "
+                           "started")
     return {"first_rank_s": min(starts), "last_rank_s": max(starts)}
 
 

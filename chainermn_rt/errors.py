@@ -30,8 +30,10 @@ class JobFailed(Exception):
 
 
 class EnvironmentProblem(Exception):
-    """This machine cannot do it now: a missing tool, Slurm unreachable, the sandbox not up.
-    The message says what to do."""
+    """This machine cannot do it now: a missing tool, Slurm unreachable, the sandbox not up, or
+    an answer from the cluster that is not what its command prints (``CPUTot=abc``, binary
+    garbage, truncated XML: not the person's input). The message says what to do, or names the
+    command, node and field."""
 
     exit_status = 3
 
@@ -39,7 +41,8 @@ class EnvironmentProblem(Exception):
 EXIT_STATUSES = {0: "success", JobFailed.exit_status: "the job or a check failed",
                  UserError.exit_status: "bad input (a site profile, an argument, a request)",
                  EnvironmentProblem.exit_status: "the environment is not ready (a missing "
-                                                 "tool, Slurm unreachable, the sandbox down)"}
+                                                 "tool, Slurm unreachable or its answer "
+                                                 "damaged, the sandbox down)"}
 
 
 def message_value(text: str, limit: int = 80, quote: bool = False) -> str:

@@ -1,5 +1,5 @@
-"""Files the commands write whole or not at all, small files they read with a bound, and the
-trees an install copies (their sha256, their write bits).
+"""Files and folders the commands write whole or not at all, small files they read with a
+bound, a file's sha256, and the trees an install copies (their sha256, their write bits).
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
@@ -8,15 +8,19 @@ trees an install copies (their sha256, their write bits).
 >>> path.read_text(), sorted(p.name for p in path.parent.iterdir()), oct(path.stat().st_mode)
 ('done\\n', ['a.txt'], '0o100644')
 >>> _ = os.umask(umask)
+>>> sha256_file(path)[:16]
+'d117fa006ba92085'
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -42,6 +46,48 @@ def write_atomically(path: Path, write: Callable[[IO], object], binary: bool = F
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def whole_folder(path: Path, mark: str = ".") -> Iterator[Path]:
+    """Write the folder ``path`` whole or not at all: yield a new, empty, hidden folder beside
+    it (``.<name><mark><random>``, mode 0700) to fill; when the block ends without an error it
+    is renamed to ``path`` (one rename: readers see all of it or nothing), else it is removed
+    with everything in it and the error goes on. ``path``'s folder must exist, and ``path``
+    must not by the rename (an empty folder may): an OSError of making the folder or of the
+    rename goes to the caller, the work folder removed. ``mark`` names work folders of one
+    kind (a sweep of what killed runs left looks for it).
+
+    >>> top = Path(tempfile.mkdtemp())
+    >>> with whole_folder(top / "out") as work:
+    ...     _ = (work / "a.txt").write_text("a")
+    >>> sorted(p.name for p in top.iterdir()), (top / "out" / "a.txt").read_text()
+    (['out'], 'a')
+    >>> with whole_folder(top / "other") as work:
+    ...     _ = (work / "a.txt").write_text("a")
+    ...     raise ValueError("stopped")
+    Traceback (most recent call last):
+    ValueError: stopped
+    >>> sorted(p.name for p in top.iterdir())
+    ['out']
+    """
+    path = Path(path)
+    work = Path(tempfile.mkdtemp(prefix=f".{path.name}{mark}", dir=path.parent))
+    try:
+        yield work
+        os.rename(work, path)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of the file ``path``'s bytes, in hexadecimal (read in 1 MiB pieces)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_small(path: Path, limit: int, follow_links: bool = False) -> bytes:
@@ -71,12 +117,9 @@ def _regular(mode: int) -> None:
 
 def tree_sha256(path: Path) -> str:
     """sha256 of a file, or of a folder's every entry (name, kind, mode, content or target)."""
-    digest = hashlib.sha256()
     if path.is_file():
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
+        return sha256_file(path)
+    digest = hashlib.sha256()
     for entry in sorted(path.rglob("*")):
         info = entry.lstat()
         digest.update(os.fsencode(entry.relative_to(path)) + f"\0{stat.S_IFMT(info.st_mode)}\0"
@@ -84,7 +127,7 @@ def tree_sha256(path: Path) -> str:
         if entry.is_symlink():
             digest.update(os.fsencode(os.readlink(entry)))
         elif entry.is_file():
-            digest.update(tree_sha256(entry).encode())
+            digest.update(sha256_file(entry).encode())
     return digest.hexdigest()
 
 def make_read_only(path: Path) -> None:

@@ -3,25 +3,31 @@
 >>> compare(load_site("slurm/sites/sandbox.toml"), Slurm())     # doctest: +SKIP
 []          # or e.g. ["partition gpu: nodes 2 in the profile, 3 in Slurm"]
 
-A client command that fails (Slurm unreachable) raises EnvironmentProblem with its message;
-an answer that is not Slurm's (``CPUTot=abc``) a UserError naming the node and the field.
+A client command that fails (Slurm unreachable), and an answer that is not Slurm's
+(``CPUTot=abc``), raise EnvironmentProblem (exit 3): the latter names the node or partition
+and the field.
 """
 
 from __future__ import annotations
 
-from chainermn_rt.errors import UserError, message_value
-from chainermn_rt.site import MAX_NODES, Site, parse_time
+from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
+from chainermn_rt.site import MAX_NODES, Site
 from chainermn_rt.slurm_client import Slurm, whole
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_MEMORY_MB, gres_gpus
+from chainermn_rt.slurm_rules import parse_time
 
 
 def _time(text: str, where: str) -> int | None:
-    return None if text.upper() in ("UNLIMITED", "INFINITE") else parse_time(text, where)
+    try:
+        return None if text.upper() in ("UNLIMITED", "INFINITE") else parse_time(text, where)
+    except UserError as err:  # the rule is the profile's; the value came from Slurm
+        raise EnvironmentProblem(str(err)) from None
 
 
 def compare(site: Site, slurm: Slurm) -> list[str]:
-    """Every difference between the profile and Slurm's view, one line each; a UserError
-    naming the node or partition and the field where Slurm's answer is not a value at all."""
+    """Every difference between the profile and Slurm's view, one line each; an
+    EnvironmentProblem naming the node or partition and the field where Slurm's answer is not a
+    value at all."""
     diffs: list[str] = []
     partitions, nodes = slurm.listing("partition"), slurm.listing("node")
     for p in site.partitions:
@@ -40,8 +46,8 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
                          f"{live.get('MaxTime')} in Slurm")
         try:
             names = slurm.hostnames(live.get("Nodes", ""))
-        except UserError as err:
-            raise UserError(f"{where}: {err}") from None
+        except EnvironmentProblem as err:
+            raise EnvironmentProblem(f"{where}: {err}") from None
         for name in names:
             node, at = nodes.get(name), f"node {name}"
             if node is None:
@@ -51,7 +57,8 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
             try:
                 gpus = gres_gpus(node.get("Gres", ""))
             except ValueError as err:
-                raise UserError(f"{at}: Gres={message_value(node['Gres'])}: {err}") from None
+                raise EnvironmentProblem(f"{at}: Gres={message_value(node['Gres'])}: "
+                                         f"{err}") from None
             if cpus != p.cpus_per_node:
                 diffs.append(f"node {name}: cpus_per_node {p.cpus_per_node} in the profile "
                              f"(partition {p.name}), CPUTot={cpus} in Slurm")

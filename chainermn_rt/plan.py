@@ -12,73 +12,25 @@ The templates in slurm/templates/ only format the Plan.
 
 from __future__ import annotations
 
-import json
-import posixpath
-import re
 import sys
 from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.job_request import Request, checked
 from chainermn_rt.rank_contract import (
     RANK_LOG_PATTERN,
     RANK_LOG_VAR,
     SLOTS_VAR,
-    STAGE_DIR_VAR,
-    STAGE_FOLDER_PREFIX,
-    STAGE_FROM_VAR,
-    STAGE_LIVE_JOBS_VAR,
     STOP_DONE_SUFFIX,
     STOP_FILE_VAR,
     STOP_READY_SUFFIX,
-    check_settings,
     dump_slots,
 )
 from chainermn_rt.sbatch_options import owned
-from chainermn_rt.site import (
-    ENV_NAME,
-    RANK_LAUNCHERS,
-    RUNTIMES,
-    Container,
-    Partition,
-    Site,
-    check_printable,
-    parse_memory_mb,
-    parse_time,
-)
+from chainermn_rt.site import RANK_LAUNCHERS, RUNTIMES, Container, Partition, Site
+from chainermn_rt.staging import VARIABLES as STAGE_VARIABLES
+from chainermn_rt.staging import Stage, plan_stage
 from chainermn_rt.stop_verdict import Rule, table
-
-# The job's log (#SBATCH --output), unless --log says otherwise.
-LOG_PATTERN = "%x-%j.out"
-MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a user asks for (the ``chainermn-rt render`` arguments)."""
-
-    nodes: int
-    command: tuple[str, ...] = ()
-    gpus_per_node: int | None = None
-    ranks_per_node: int | None = None
-    partition: str | None = None
-    time: str | None = None
-    job_name: str = "chainermn"
-    image: str | None = None
-    runtime: str | None = None
-    launcher: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    memory: str | None = None
-    python: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
-    per_rank_logs: bool = False
-    log: str = LOG_PATTERN
-    # Run ``python -m MODULE COMMAND...`` with the interpreter the Plan chooses (the doctor's
-    # probe, the scaling study's benchmark); None: COMMAND is the whole program.
-    module: str | None = None
-    # folders on the shared file system copied to every node's local_scratch before the ranks
-    # start (``--stage``); the ranks find the copies with chainermn_rt.staging.local_path
-    stage: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,82 +52,6 @@ class Stop:
     def verdicts(self) -> tuple[Rule, ...]:
         """What the shell does once the step has ended, for every case (stop_verdict.py)."""
         return table(self.wait_s, self.requeue, self.max_requeues)
-
-
-@dataclass(frozen=True)
-class Stage:
-    """Data copied to node-local storage: before the ranks start, ``copy`` (one task per node)
-    copies source i to ``$STAGE_DIR/<i>``, STAGE_DIR being ``folder`` + the job id; once the
-    batch shell ends (also on failure, and before it requeues the job), ``remove`` + STAGE_DIR
-    deletes it on every node. ``list_jobs`` prints the user's job ids: the copy step removes
-    the folders of other jobs no longer listed that a kill left on its node."""
-
-    sources: tuple[str, ...]
-    scratch: str
-    copy: tuple[str, ...]
-    remove: tuple[str, ...]
-    list_jobs: tuple[str, ...] = ("squeue", "--me", "--noheader", "--format=%A")
-    dir_var: str = STAGE_DIR_VAR
-    from_var: str = STAGE_FROM_VAR
-    live_var: str = STAGE_LIVE_JOBS_VAR
-
-    @property
-    def folder(self) -> str:
-        """The node-local folder's path up to the job id the script appends."""
-        return posixpath.join(self.scratch, STAGE_FOLDER_PREFIX)
-
-    @property
-    def sources_json(self) -> str:
-        return json.dumps(list(self.sources))
-
-
-def stage_sources(paths: tuple[str, ...]) -> tuple[str, ...]:
-    """``--stage`` folders, normalised: absolute, printable, none inside another.
-
-    >>> stage_sources(("/lustre/a/train/", "/lustre/a//val"))
-    ('/lustre/a/train', '/lustre/a/val')
-    >>> stage_sources(("/lustre/a", "/lustre/a/val"))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    chainermn_rt.errors.UserError: --stage: '/lustre/a/val' lies in '/lustre/a', staged already; ...
-    """
-    allowed = "an absolute path of a folder on the shared file system, other than /"
-    sources: list[str] = []
-    for path in paths:
-        if "\0" in path:
-            raise UserError(f"--stage: {path!r} contains a NUL byte; allowed: {allowed}")
-        check_printable(path, "--stage")
-        if not path.startswith("/"):
-            raise UserError(f"--stage: {path!r} is a relative path; allowed: {allowed}")
-        norm = "/" + posixpath.normpath(path).lstrip("/")
-        if norm == "/":
-            raise UserError(f"--stage: {path!r}; allowed: {allowed}")
-        for other in sources:
-            inner, outer = sorted((norm, other), key=len, reverse=True)
-            if inner == outer or inner.startswith(outer + "/"):
-                what = "given twice" if inner == outer else f"lies in {outer!r}, staged already"
-                raise UserError(f"--stage: {inner!r} {what}; allowed: folders that do not "
-                                "contain each other")
-        sources.append(norm)
-    return tuple(sources)
-
-
-def _stage(site: Site, part: Partition, req: Request, nodes: int, container: tuple[str, ...],
-           pyxis_flags: tuple[str, ...], python: str) -> Stage | None:
-    """The copy and removal steps: srun whatever the ranks' launcher (every Slurm allocation
-    has it, and a copy needs no MPI), one task on each node; the copy inside the container."""
-    if not req.stage:
-        return None
-    if part.local_scratch is None:
-        raise UserError(f"--stage: partition {part.name!r} of site {site.name!r} has no "
-                        "local_scratch; allowed: a partition whose profile entry names its "
-                        "node-local folder in local_scratch (docs/site-profiles.md)")
-    one_per_node = ("srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-                    "--kill-on-bad-exit=1", "--mpi=none")
-    return Stage(
-        sources=stage_sources(req.stage), scratch=part.local_scratch,
-        copy=(*one_per_node, *pyxis_flags, *container, python, "-m", "chainermn_rt", "data",
-              "stage", "--job"),
-        remove=(*one_per_node, "rm", "-rf", "--"))
 
 
 def stop_of(site: Site) -> Stop | None:
@@ -258,7 +134,6 @@ def _container(site: Site, req: Request, scratch: str | None
     if not image:
         raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
-    check_printable(image, "--image")
     return runtime, *container_argv(c, runtime, image)
 
 
@@ -304,100 +179,68 @@ def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,
             *pyxis_flags)
 
 
-def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int,
-                 per_rank_logs: bool) -> tuple[tuple[str, str], ...]:
+def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int
+                 ) -> tuple[tuple[str, str], ...]:
     env = dict(site.environment)
     if site.socket_ifname:
         for name in ("NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include",
                      "OMPI_MCA_oob_tcp_if_include"):
             env.setdefault(name, site.socket_ifname)
-    for key, value in req.env:
-        if not ENV_NAME.match(key):
-            raise UserError(f"--env: {key!r} is not a variable name; allowed: KEY=VALUE with "
-                            "KEY made of letters, digits and _")
-        env[key] = check_printable(value, f"--env {key}")
-    check_settings(dict(req.env), "--env ")
-    ours = (SLOTS_VAR, RANK_LOG_VAR, STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR)
+    env.update(req.env)
+    ours = (SLOTS_VAR, RANK_LOG_VAR, *STAGE_VARIABLES)
     if any(name in env for name in ours):
         raise UserError(f"--env: {', '.join(ours)} are set by chainermn-rt; allowed: any "
                         "other variable")
     env[SLOTS_VAR] = dump_slots(part.topology.slots[:tasks_per_node])
-    if per_rank_logs:
+    if req.per_rank_logs:
         env[RANK_LOG_VAR] = RANK_LOG_PATTERN
     return tuple(env.items())
+
+
+def _sbatch(site: Site, part: Partition, req: Request, tasks_per_node: int, cpus_per_task: int,
+            gpus: int) -> tuple[tuple[str, str | None], ...]:
+    """The #SBATCH options: the Plan's own (sbatch_options.owned), then the profile's."""
+    account, qos = req.account or site.account, req.qos or site.qos
+    options: list[tuple[str, str | None]] = [
+        ("job-name", req.job_name), ("partition", part.name), ("nodes", str(req.nodes)),
+        ("ntasks-per-node", str(tasks_per_node)),
+        ("cpus-per-task", str(cpus_per_task))]
+    if gpus:
+        options.append(("gpus-per-node", f"{part.gpu_type}:{gpus}" if part.gpu_type
+                        else str(gpus)))
+    options.append(("time", req.time))
+    options += [(name, value) for name, value in (("mem", req.memory), ("account", account),
+                                                  ("qos", qos)) if value]
+    options.append(("output", req.log))
+    if site.signal:
+        options.append(("signal", f"B:{site.signal}"))  # the shell's trap handles it
+    if site.requeue:
+        options += [("requeue", None), ("open-mode", "append")]
+    own = tuple((owned(name), value) for name, value in options)
+    return own + tuple({**dict(site.sbatch), **dict(part.sbatch)}.items())  # the partition's win
 
 
 def make_plan(site: Site, req: Request) -> Plan:
     """Decide the job for ``req`` on ``site``; raises :class:`UserError` when it can't run there."""
     part = site.partition(req.partition)
-    if not 1 <= req.nodes <= part.nodes:
-        raise UserError(f"--nodes: {req.nodes} on partition {part.name!r}; allowed: "
-                        f"1-{part.nodes}")
-    if not req.command and req.module is None:
-        raise UserError("COMMAND: missing; allowed: the program to run, after `--`")
-    if req.module is not None and not MODULE.match(req.module):
-        raise ValueError(f"module {req.module!r} is not a Python module name")
-    for i, arg in enumerate(req.command):
-        if "\0" in arg:
-            raise UserError(f"COMMAND[{i}]: contains a NUL byte; allowed: any other text")
+    req = checked(req, part)
     tasks_per_node, gpus = _tasks(site, part, req)
-    time = req.time or part.max_time
-    if parse_time(time, "--time") > part.max_time_s:
-        raise UserError(f"--time: {time} is over partition {part.name!r}'s limit; allowed: up "
-                        f"to {part.max_time}")
-    memory_mb = None if req.memory is None else parse_memory_mb(req.memory, "--mem")
-    if memory_mb is not None and part.memory_mb is not None and memory_mb > part.memory_mb:
-        raise UserError(f"--mem: {req.memory} is more than a node of partition {part.name!r} "
-                        f"has; allowed: up to {part.memory_mb}M")
-    if not re.match(r"[^/\s]", req.job_name or ""):
-        raise UserError(f"--job-name: {req.job_name!r}; allowed: a non-empty name not starting "
-                        "with a space or /")
-    job_name = check_printable(req.job_name, "--job-name")
-    log = check_printable(req.log, "--log")
     runtime, container, pyxis_flags = _container(
         site, req, part.local_scratch if req.stage else None)
-    if req.python and "\0" in req.python:
-        raise UserError("--python: contains a NUL byte; allowed: an interpreter's path or name")
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable
-    account, qos = req.account or site.account, req.qos or site.qos
     cpus_per_task = part.cpus_per_node // len(part.topology.slots)
-
-    sbatch: list[tuple[str, str | None]] = []
-
-    def option(name: str, value: str | None = None) -> None:
-        sbatch.append((owned(name), value))
-
-    option("job-name", job_name)
-    option("partition", part.name)
-    option("nodes", str(req.nodes))
-    option("ntasks-per-node", str(tasks_per_node))
-    option("cpus-per-task", str(cpus_per_task))
-    if gpus:
-        option("gpus-per-node", f"{part.gpu_type}:{gpus}" if part.gpu_type else str(gpus))
-    option("time", time)
-    if req.memory:
-        option("mem", req.memory)
-    if account:
-        option("account", check_printable(account, "--account"))
-    if qos:
-        option("qos", check_printable(qos, "--qos"))
-    option("output", log)
-    if site.signal:
-        option("signal", f"B:{site.signal}")  # the shell's trap handles it
-    if site.requeue:
-        option("requeue")
-        option("open-mode", "append")
-    sbatch.extend({**dict(site.sbatch), **dict(part.sbatch)}.items())  # the partition's win
-
     return Plan(
-        site_name=site.name, sbatch=tuple(sbatch), modules=site.modules,
-        environment=_environment(site, req, part, tasks_per_node, req.per_rank_logs),
+        site_name=site.name,
+        sbatch=_sbatch(site, part, req, tasks_per_node, cpus_per_task, gpus),
+        modules=site.modules, environment=_environment(site, req, part, tasks_per_node),
         launch=_launch(site, req, runtime, tasks_per_node, pyxis_flags),
         container=container, rank_step=(python, "-m", "chainermn_rt", "rank", "--"),
         command=(python, "-m", req.module, *req.command) if req.module else tuple(req.command),
-        partition=part.name, nodes=req.nodes,
-        tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, gpus_per_node=gpus,
+        partition=part.name, nodes=req.nodes, tasks_per_node=tasks_per_node,
+        cpus_per_task=cpus_per_task, gpus_per_node=gpus,
         stop=stop_of(site),
-        stage=_stage(site, part, req, req.nodes, container, pyxis_flags, python))
+        stage=plan_stage(req.stage, part.local_scratch,
+                         f"partition {part.name!r} of site {site.name!r}", req.nodes,
+                         (*pyxis_flags, *container), python))

@@ -49,15 +49,6 @@ SILENT_TIMEOUT_VAR = "CHAINERMN_RT_SILENT_TIMEOUT"
 RANK_PID_VAR = "CHAINERMN_RT_RANK_PID"
 STALL_ACTION_VAR = "CHAINERMN_RT_STALL_ACTION"
 START_TIMEOUT_VAR = "CHAINERMN_RT_START_TIMEOUT"
-# Data staged to node-local storage (``--stage``): the node-local folder (on every node, named
-# STAGE_FOLDER_PREFIX + the job id, in the partition's local_scratch), and the staged folders
-# on the shared file system (a JSON list; copy i lives at STAGE_DIR/<i>; chainermn_rt.staging).
-STAGE_DIR_VAR = "CHAINERMN_RT_STAGE_DIR"
-STAGE_FROM_VAR = "CHAINERMN_RT_STAGE_FROM"
-STAGE_FOLDER_PREFIX = "chainermn-rt-stage-"
-# The job ids Slurm lists for the user when the copy step starts: the copy step removes other
-# jobs' stage folders that a kill (time limit, scancel) left on its node (chainermn_rt.data.stage).
-STAGE_LIVE_JOBS_VAR = "CHAINERMN_RT_STAGE_LIVE_JOBS"
 
 # The settings above that a rank reads from its environment: name -> (parse, what is allowed).
 # A profile's [environment] and `render --env` are checked with them before a job is submitted;

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from chainermn_rt.arguments import integer
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import LOG_PATTERN, Request
+from chainermn_rt.job_request import LOG_PATTERN, Request
+from chainermn_rt.sandbox import as_running
 from chainermn_rt.site import SITE_VAR, Site, load_site, resolve_site
 
 
@@ -65,8 +66,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def site_from(args: argparse.Namespace) -> Site:
-    """The profile ``--site`` names, validated."""
-    return load_site(resolve_site(args.site), "--site")
+    """The profile ``--site`` names, validated; a sandbox profile with its running sandbox's
+    node count in every partition (:func:`chainermn_rt.sandbox.as_running`)."""
+    return as_running(load_site(resolve_site(args.site), "--site"))
 
 
 def _env_pairs(items: list[str]) -> tuple[tuple[str, str], ...]:

@@ -31,6 +31,13 @@ PLAN_OPTIONS = {
 }
 
 
+# The Plan's options that give the job's shape (what a front end that writes its own job
+# script, such as ReFrame, writes from the job's fields instead) and its stop (signal, requeue).
+SHAPE_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "cpus-per-task",
+                 "gpus-per-node", "time", "output")
+STOP_OPTIONS = ("signal", "requeue", "open-mode")
+
+
 def owned(option: str) -> str:
     """``option``, which the Plan may write; a programming error if the table lacks it."""
     if option not in PLAN_OPTIONS:

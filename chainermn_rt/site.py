@@ -49,7 +49,8 @@ from chainermn_rt.rank_contract import (
     parse_cpu_list,
 )
 from chainermn_rt.sbatch_options import PLAN_OPTIONS, claimed_by
-from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEMORY_MB
+from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_GPUS_PER_NODE
+from chainermn_rt.slurm_rules import check_printable, parse_memory_mb, parse_time
 
 # the profile `render`, `submit`, `doctor` and `scaling` use without --site (set by the module
 # of an install, docs/install.md)
@@ -59,59 +60,13 @@ SRUN_MPI = ("pmix", "pmi2")
 RUNTIMES = ("none", "apptainer", "singularity", "charliecloud", "pyxis")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-MEMORY = re.compile(r"([0-9]{1,16})([KMGT]?)\Z")
 MAX_NODES = 1_000_000  # in a partition; a profile's larger count is a mistake
 MAX_PROFILE_BYTES = 1 << 20  # the shipped profiles are 2 KB at most
 SANDBOX_MAX_NODES = 32  # the paper's 16 nodes and twice that (docs/sandbox.md)
 # Signals the batch shell may trap for the time limit or preemption (--signal=B:SIG@SECONDS).
 BATCH_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "URG", "XCPU")
-_TIME = re.compile(r"(?:([0-9]{1,9})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?\Z")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")
 _GPUS = "--gpus-per-node (GPUs come from the topology's slots)"
-
-
-def parse_time(text: str, where: str) -> int:
-    """Seconds in a Slurm time string: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
-
-    >>> parse_time("1-02:00:00", "time"), parse_time("90", "time"), parse_time("5:30", "time")
-    (93600, 5400, 330)
-    """
-    m = _TIME.match(text) if isinstance(text, str) else None  # no blanks: a #SBATCH value
-    if not m:
-        shown = message_value(text, quote=True) if isinstance(text, str) else repr(text)
-        raise UserError(f"{where}: {shown} is not a Slurm time; allowed: MIN, MIN:SEC, "
-                        "HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS")
-    days, a, b, c = m.groups()
-    if days is None:
-        if b is None:
-            return int(a) * 60
-        if c is None:
-            return int(a) * 60 + int(b)
-        return int(a) * 3600 + int(b) * 60 + int(c)
-    return int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
-
-
-def parse_memory_mb(text: str, where: str) -> int:
-    """Megabytes in a Slurm memory string (``4000``, ``64G``, ``2T``)."""
-    m = MEMORY.match(str(text)) if isinstance(text, (str, int)) else None
-    if not m:
-        shown = message_value(text, quote=True) if isinstance(text, str) else repr(text)
-        raise UserError(f"{where}: {shown} is not a memory size; allowed: a number with an "
-                        "optional K, M, G or T suffix (default M), e.g. 64G")
-    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2)]
-    mb = int(int(m.group(1)) * scale)
-    if mb > MAX_MEMORY_MB:
-        raise UserError(f"{where}: {text} is more than a node has; allowed: at most "
-                        f"{MAX_MEMORY_MB >> 20}T")
-    return mb
-
-
-def check_printable(value: str, where: str) -> str:
-    """Refuse control characters (a newline would end a #SBATCH line); the rest gets quoted."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise UserError(f"{where}: {value!r} contains a control character; allowed: printable "
-                        "text")
-    return value
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ The final state is read from Slurm (``scontrol show job`` until it ends, then ``
 from ``sbatch --wait``'s status alone: a job whose step timed out can still exit 0. A cluster
 without accounting (a sandbox with ``accounting = false``) passes its own ``records`` instead.
 
-What a client command prints is untrusted: read up to :data:`MAX_ANSWER_BYTES` (more is a
-UserError), decoded as UTF-8 with replacement characters; one that does not end in time is
-:class:`NoAnswer` (exit 3, naming the command).
+What a client command prints is untrusted: read up to :data:`MAX_ANSWER_BYTES`, decoded as
+UTF-8 with replacement characters, then checked. An answer that is not what Slurm prints (too
+long, a number that is none, a host list or node name that is not one, no MPI plugin) is the
+environment's fault, not the person's: EnvironmentProblem (exit 3) naming the command or the
+node and field, as is a command that does not end in time (:class:`NoAnswer`).
 """
 
 from __future__ import annotations
@@ -73,8 +75,8 @@ class Slurm:
     def run(self, argv: list[str], timeout: float = 120, cwd: str | Path | None = None
             ) -> subprocess.CompletedProcess:
         """Run a client command (``sinfo``, ``srun ...``); a CompletedProcess with its output
-        decoded with replacement. :class:`NoAnswer` after ``timeout`` seconds; UserError when
-        it prints more than :data:`MAX_ANSWER_BYTES`; EnvironmentProblem when it cannot start."""
+        decoded with replacement. :class:`NoAnswer` after ``timeout`` seconds;
+        EnvironmentProblem when it prints more than :data:`MAX_ANSWER_BYTES` or cannot start."""
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     cwd=cwd, env=None if self.env is None else dict(self.env))
@@ -102,9 +104,19 @@ class Slurm:
 
     def mpi_plugins(self) -> tuple[str, ...]:
         """The MPI plugins ``srun --mpi=list`` names (Slurm 22.05 prefixes each line with
-        ``srun:``; later versions indent them); words that are not plugin names are left out."""
+        ``srun:``; later versions indent them); words that are not plugin names are left out.
+        EnvironmentProblem for an answer without ``none``, which every Slurm lists: not srun's."""
         proc = self.run(["srun", "--mpi=list"], timeout=ANSWER_S)
-        return mpi_plugins(proc.stdout + "\n" + proc.stderr)
+        said = proc.stdout + "\n" + proc.stderr
+        found = mpi_plugins(said)
+        if "none" not in found:
+            first = said.strip().splitlines()[:1]
+            shown = message_value(first[0], 40, quote=True) if first else "nothing"
+            raise EnvironmentProblem(
+                f"srun --mpi=list: exit {proc.returncode}, {shown}: names no MPI plugin, not "
+                "even none, which every Slurm lists; run it where Slurm's srun reaches the "
+                "cluster")
+        return found
 
     def listing(self, kind: str) -> dict[str, dict[str, str]]:
         """``scontrol show partition|node -o``: each record by its name."""
@@ -114,18 +126,19 @@ class Slurm:
 
     def hostnames(self, hostlist: str) -> list[str]:
         """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7 (Slurm's own parser); a
-        UserError for a list or a name that is not a host's."""
+        EnvironmentProblem for a list or a name that is not a host's."""
         if not hostlist or hostlist == "(null)":
             return []
         if not HOSTLIST.match(hostlist):
-            raise UserError(f"Nodes={message_value(hostlist)}: not a Slurm host list; allowed: "
-                            "names of letters, digits, '.', '_', '-', with [ranges]")
+            raise EnvironmentProblem(f"Nodes={message_value(hostlist)}: not a Slurm host list; "
+                                     "allowed: names of letters, digits, '.', '_', '-', with "
+                                     "[ranges]")
         names = self.output(["scontrol", "show", "hostnames", hostlist]).split()
         for name in names:
             if not HOSTNAME.match(name):
-                raise UserError(f"scontrol show hostnames {hostlist}: "
-                                f"{message_value(name)} is not a node name; allowed: "
-                                "letters, digits, '.', '_', '-'")
+                raise EnvironmentProblem(f"scontrol show hostnames {hostlist}: "
+                                         f"{message_value(name)} is not a node name; allowed: "
+                                         "letters, digits, '.', '_', '-'")
         return names
 
     def submit(self, script: Path, args: list[str] = (), cwd: str | Path | None = None) -> str:
@@ -214,20 +227,20 @@ def final_state(state: str, exit_code: str) -> FinalState | None:
 
 
 def whole(fields: Mapping[str, str], key: str, high: int, where: str) -> int:
-    """``fields[key]`` (a record of ``scontrol show``) as a whole number 0..``high``; a
-    UserError naming ``where`` and the field otherwise.
+    """``fields[key]`` (a record of ``scontrol show``) as a whole number 0..``high``; an
+    EnvironmentProblem (a damaged answer) naming ``where`` and the field otherwise.
 
     >>> whole({"CPUTot": "4"}, "CPUTot", 64, "node n1")
     4
     >>> whole({"CPUTot": "abc"}, "CPUTot", 64, "node n1")
     Traceback (most recent call last):
-    chainermn_rt.errors.UserError: node n1: CPUTot=abc; allowed: a whole number 0-64
+    chainermn_rt.errors.EnvironmentProblem: node n1: CPUTot=abc; allowed: a whole number 0-64
     """
     text = fields.get(key)
     if text is not None and re.fullmatch(r"[0-9]{1,19}", text) and int(text) <= high:
         return int(text)
     said = f"no {key}" if text is None else f"{key}={message_value(text)}"
-    raise UserError(f"{where}: {said}; allowed: a whole number 0-{high}")
+    raise EnvironmentProblem(f"{where}: {said}; allowed: a whole number 0-{high}")
 
 
 _PLUGIN = re.compile(r"(?:srun: )?([a-z][a-z0-9_]*)\Z")
@@ -267,9 +280,9 @@ def _bounded(proc: subprocess.Popen, argv: list[str], timeout: float) -> tuple[b
                 sizes[key.fd] += len(data)
                 if sizes[key.fd] > MAX_ANSWER_BYTES:
                     proc.kill()
-                    raise UserError(f"{message_value(' '.join(argv))}: printed more than "
-                                    f"{MAX_ANSWER_BYTES >> 20} MiB; allowed: a Slurm client's "
-                                    "answer, at most that")
+                    raise EnvironmentProblem(f"{message_value(' '.join(argv))}: printed more "
+                                             f"than {MAX_ANSWER_BYTES >> 20} MiB; allowed: a "
+                                             "Slurm client's answer, at most that")
     try:
         proc.wait(max(deadline - time.monotonic(), 0))
     except subprocess.TimeoutExpired:

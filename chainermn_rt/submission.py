@@ -88,19 +88,23 @@ class Cluster:
         and ``say`` told why; JobFailed when every try crashed so."""
         if plan is not None:
             write_script(plan, script)
-        jobs = []
-        while True:
-            jobs.append(self.slurm.submit(script, cwd=cwd or script.parent))
-            submitted(jobs[-1])
-            log = self.slurm.stdout_path(jobs[-1])  # while Slurm still knows the job
-            state = self.slurm.wait(jobs[-1], timeout=timeout, poll=0.5)
-            done = Finished(jobs[-1], state, log, read_log(log))
-            if (self.site.sandbox is None or state.state != "FAILED"
-                    or not mpi_crash.crashed_at_start(done.text, started)):
-                return done
-            if len(jobs) > mpi_crash.AGAIN:
-                raise JobFailed(mpi_crash.again(jobs, log))
-            say(mpi_crash.once_more(done.job))
+
+        def launch() -> Finished:
+            job = self.slurm.submit(script, cwd=cwd or script.parent)
+            submitted(job)
+            log = self.slurm.stdout_path(job)  # while Slurm still knows the job
+            state = self.slurm.wait(job, timeout=timeout, poll=0.5)
+            return Finished(job, state, log, read_log(log))
+
+        def crashed(done: Finished) -> bool:
+            return (self.site.sandbox is not None and done.state.state == "FAILED"
+                    and mpi_crash.crashed_at_start(done.text, started))
+
+        tries = mpi_crash.launched(launch, crashed,
+                                   lambda done: say(mpi_crash.once_more(done.job)))
+        if crashed(tries[-1]):
+            raise JobFailed(mpi_crash.again([t.job for t in tries], tries[-1].log))
+        return tries[-1]
 
 
 def read_log(path: Path | None) -> str:

@@ -15,56 +15,34 @@ Example::
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import chainer
 import chainer.functions as F
 import numpy
 from chainer.training import extension
 
+from chainermn_rt.data import check_decoder, make_loader, open_source
 from chainermn_rt.data.batch import to_device
-from chainermn_rt.data.manifest import NAME as MANIFEST
-from chainermn_rt.data.sources import FileSource, ShardSource, staged
-from chainermn_rt.data.transforms import CentreCrop, TrainCrop
 from chainermn_rt.errors import UserError
-
-
-def source(path: str, comm, args, train: bool):
-    """A ShardSource for a shard folder (or its staged copy), else a FileSource."""
-    if (staged(path) / MANIFEST).exists() or (Path(path) / MANIFEST).exists():
-        return ShardSource(path, comm.rank, comm.size, train=train, seed=args.seed,
-                           buffer=args.shuffle_buffer)
-    return FileSource(path, comm.rank, comm.size, train=train, seed=args.seed, root=args.root)
 
 
 def loaders(args, comm, device=None):
     """(training loader, validation loader, class count) of ``--train`` and ``--val``, decoded
     by ``--decoder``: ``turbo`` (libjpeg-turbo in worker processes) or ``dali`` (NVIDIA DALI on
     ``device``'s GPU, or in its CPU-only mode on a CPU device)."""
-    # here, not at the top: --synthetic runs where the decoder's libjpeg is missing
-    from chainermn_rt.data.loader import Loader, default_workers
-
     if not (args.train and args.val):
         raise UserError("--train and --val are required without --synthetic")
-    workers = default_workers() if args.workers is None else args.workers
-    make = Loader
-    if args.decoder == "dali":
-        from chainermn_rt.data.dali import DaliLoader, require
-
-        require()  # before reading anything: one line when DALI is missing
-        gpu = device.device.id if device is not None and device.xp is not numpy else None
-        make = functools.partial(DaliLoader, gpu=gpu)  # the same interface
-    train, val = source(args.train, comm, args, True), source(args.val, comm, args, False)
+    check_decoder(args.decoder)  # before reading anything: one line when DALI is missing
+    read = {"comm": comm, "seed": args.seed, "buffer": args.shuffle_buffer, "root": args.root}
+    train = open_source(args.train, train=True, **read)
+    val = open_source(args.val, train=False, **read)
     classes = max(len(train.classes), len(val.classes))
     if classes > args.n_class:
         raise UserError(f"--n-class: {args.n_class}, but the data has {classes} classes; "
                         f"allowed: at least {classes}", everywhere=True)
-    return (make(train, args.batchsize, TrainCrop(args.insize, args.seed), size=args.insize,
-                 workers=workers),
-            make(val, args.batchsize, CentreCrop(args.insize, args.val_resize),
-                 size=args.insize, workers=workers, repeat=False),
-            classes)
+    decode = {"decoder": args.decoder, "size": args.insize, "resize": args.val_resize,
+              "workers": args.workers, "device": device}
+    return (make_loader(train, args.batchsize, **decode),
+            make_loader(val, args.batchsize, **decode), classes)
 
 
 class ExactEvaluator(extension.Extension):

@@ -14,7 +14,8 @@ from datetime import datetime
 
 import pytest
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site
 

@@ -17,7 +17,7 @@ from chainermn_rt.doctor.check import FAIL, NA, PASS
 from chainermn_rt.doctor.cluster import Expected
 from chainermn_rt.doctor.table import exclude_text, format_table
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import Request
+from chainermn_rt.job_request import Request
 from chainermn_rt.rank_contract import SLOTS_VAR, Slot, dump_slots
 from chainermn_rt.site import load_site, parse_site
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from chainermn_rt.doctor import job
-from chainermn_rt.plan import Request
+from chainermn_rt.job_request import Request
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site
 from chainermn_rt.submission import Cluster

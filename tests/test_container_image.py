@@ -186,7 +186,8 @@ def test_two_ranks_train_mnist_under_ch_run(charliecloud_dir):
 def test_two_nodes_two_ranks_train_in_charliecloud_on_the_sandbox(sandbox, charliecloud_dir,
                                                                    tmp_path):
     """A job rendered with the charliecloud runtime: srun --mpi=pmix starts every rank in ch-run."""
-    from chainermn_rt.plan import Request, make_plan
+    from chainermn_rt.job_request import Request
+    from chainermn_rt.plan import make_plan
     from chainermn_rt.render import render
     from chainermn_rt.site import load_site
 
@@ -211,8 +212,9 @@ def test_two_nodes_two_ranks_train_resnet50_on_jpegs_in_charliecloud_on_the_sand
         sandbox, charliecloud_dir, tmp_path):
     """ImageNet's layout inside the cpu image: a class-folder tree of JPEGs decoded by the
     image's libjpeg-turbo, 4 ranks on 2 nodes, every validation image counted once."""
-    from chainermn_rt.data import synthetic
-    from chainermn_rt.plan import Request, make_plan
+    from chainermn_rt.data.writers import synthetic
+    from chainermn_rt.job_request import Request
+    from chainermn_rt.plan import make_plan
     from chainermn_rt.site import load_site
 
     sizes = [(w // 5, h // 5) for w, h in synthetic.SIZES]
@@ -243,7 +245,8 @@ def test_in_charliecloud_a_failing_rank_ends_the_job_and_the_time_limit_requeues
     """Across the container boundary: a rank's exception aborts the job; the batch shell on the
     host traps the time-limit signal, rank 0 inside the image sees its stop file, the ranks
     snapshot, the host requeues, and the job ends bit-identical to an uninterrupted one."""
-    from chainermn_rt.plan import Request, make_plan
+    from chainermn_rt.job_request import Request
+    from chainermn_rt.plan import make_plan
     from chainermn_rt.site import load_site
 
     site = load_site(charliecloud_site(sandbox, charliecloud_dir, tmp_path, str(REPO / "tests"),

@@ -170,7 +170,8 @@ def test_two_nodes_two_ranks_train_in_the_gpu_image_on_the_sandbox(sandbox, char
                                                                     tmp_path):
     """srun --mpi=pmix (the host's Slurm PMIx) starts each rank in ch-run, where the image's
     Open MPI (Debian's PMIx, pml ucx) takes over."""
-    from chainermn_rt.plan import Request, make_plan
+    from chainermn_rt.job_request import Request
+    from chainermn_rt.plan import make_plan
     from chainermn_rt.render import render
     from chainermn_rt.site import load_site
 

@@ -17,11 +17,12 @@ import numpy
 import pytest
 from fixtures_data import damaged_copy
 
-from chainermn_rt.data import manifest, pack, shards, synthetic, transforms
+from chainermn_rt.data import check_decoder, make_loader, manifest, open_source, shards, transforms
 from chainermn_rt.data.batch import Batch, to_device
 from chainermn_rt.data.loader import Loader
 from chainermn_rt.data.shards import DataError
 from chainermn_rt.data.sources import ShardSource
+from chainermn_rt.data.writers import pack, synthetic
 from chainermn_rt.errors import UserError
 
 from conftest import PYTHON, REPO, run_mpi
@@ -165,6 +166,17 @@ def test_a_damaged_image_names_shard_and_key(data, tmp_path, damage, what):
     assert str(caught.value) == f"{path / manifest.shard_name(1)}: sample {key!r}: {what}"
 
 
+def test_the_front_door_makes_the_dali_loader(data):
+    from chainermn_rt.data.dali import DaliLoader
+
+    loader = make_loader(open_source(data, train=True, seed=3, buffer=5), 4, decoder="dali",
+                         size=16, workers=1, device=chainer.get_device("@numpy"))
+    assert type(loader) is DaliLoader and loader.gpu is None and loader.repeat
+    by_hand = DaliLoader(ShardSource(data, train=True, seed=3, buffer=5), 4,
+                         transforms.TrainCrop(size=16, seed=3), size=16, workers=1)
+    assert all((next(loader).images == next(by_hand).images).all() for _ in range(10))
+
+
 def test_dalis_absence_is_one_line_naming_the_option(monkeypatch):
     from chainermn_rt.data import dali
 
@@ -175,6 +187,9 @@ def test_dalis_absence_is_one_line_naming_the_option(monkeypatch):
     assert message.startswith("--decoder dali: NVIDIA DALI does not import (") and \
         "\n" not in message and "pip install 'chainermn-rt[dali]'" in message
     assert caught.value.exit_status == 2
+    with pytest.raises(UserError) as again:  # the front door's check, before any data is read
+        check_decoder("dali")
+    assert str(again.value) == message
 
 
 def test_the_example_without_dali_exits_2_with_one_line(data, tmp_path):

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from chainermn_rt.data import jpeg, synthetic
+from chainermn_rt.data import jpeg
+from chainermn_rt.data.writers import synthetic
 
 IMAGES = {  # name -> (JPEG bytes, width, height)
     "420": (synthetic.image(1, 0, (500, 375)), 500, 375),

@@ -1,6 +1,7 @@
 """The loader (chainermn_rt/data/loader.py): the same batches whatever the worker count, resumed
 exactly, epochs counted as Chainer's iterators count them, damage and dead workers reported in
-one line, nothing left behind."""
+one line, nothing left behind; the front door (chainermn_rt/data/front_door.py) choosing the
+source from the path and the loader from the decoder."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import numpy
 import pytest
 from fixtures_data import damaged_copy
 
-from chainermn_rt.data import batch, manifest, pack, shards, synthetic, transforms
+from chainermn_rt.data import batch, make_loader, manifest, open_source, shards, transforms
 from chainermn_rt.data.batch import to_device
 from chainermn_rt.data.loader import Loader
 from chainermn_rt.data.shards import DataError
 from chainermn_rt.data.sources import FileSource, ShardSource
+from chainermn_rt.data.writers import pack, synthetic
+from chainermn_rt.errors import UserError
+from chainermn_rt.staging import STAGE_DIR_VAR, STAGE_FROM_VAR
 
 SIZES = ((64, 48), (48, 64), (80, 60))
 
@@ -161,3 +165,59 @@ def test_nothing_is_left_behind(data):
     it.finalize()
     assert all(p.poll() is not None for p in procs)
     assert set(os.listdir("/dev/shm")) <= before
+
+
+def test_workers_close_the_shards_the_loader_closed(data):
+    """A worker holds a descriptor of each shard in use, not of every shard it was handed:
+    over 8 epochs (64 shard openings) it never holds more than the 8 shards there are."""
+    _, path = data
+    it = train_loader(path, 1)
+    held = []
+    for _ in range(60):  # 240 samples: 8 epochs of 30
+        next(it)
+        held.append(len(os.listdir(f"/proc/{it._procs[0].pid}/fd")))  # noqa: SLF001
+    it.finalize()
+    shards = len(manifest.load(path).shards)
+    assert shards == 8 and max(held) - min(held) <= shards, held
+
+
+def test_the_front_door_chooses_the_source_from_the_path(data, tmp_path, monkeypatch):
+    tree, path = data
+    listing = tmp_path / "list.txt"
+    listing.write_text("".join(f"{p.relative_to(tree)} {int(p.parent.name[1:])}\n"
+                               for p in sorted(tree.glob("*/*.JPEG"))))
+    shards_source = open_source(path, train=True, rank=1, size=2, seed=4, buffer=7)
+    assert isinstance(shards_source, ShardSource)
+    assert (shards_source.rank, shards_source.size, shards_source.seed, shards_source.buffer) \
+        == (1, 2, 4, 7)
+    assert isinstance(open_source(tree, train=False), FileSource)
+    from_list = open_source(listing, train=False, root=str(tree))
+    assert isinstance(from_list, FileSource) and from_list.total == 30
+    # a job that staged the shards: the node-local copy is a shard folder, the path is not
+    monkeypatch.setenv(STAGE_DIR_VAR, str(path.parent))
+    monkeypatch.setenv(STAGE_FROM_VAR, f'["{tmp_path / "on-lustre"}"]')
+    (path.parent / "0").symlink_to(path)
+    staged = open_source(tmp_path / "on-lustre", train=False)
+    assert isinstance(staged, ShardSource) and staged.folder == path.parent / "0"
+
+
+def test_the_front_door_makes_the_loaders_the_recipe_asks_for(data):
+    _, path = data
+    train = make_loader(open_source(path, train=True, seed=3, buffer=5), 4, size=16, workers=0)
+    by_hand = Loader(ShardSource(path, train=True, seed=3, buffer=5), 4,
+                     transforms.TrainCrop(size=16, seed=3), size=16, workers=0)
+    assert type(train) is Loader and train.repeat
+    assert fingerprint(take(train, 12)) == fingerprint(take(by_hand, 12))
+    val = make_loader(open_source(path, train=False), 4, size=16, resize=18, workers=0)
+    by_hand = Loader(ShardSource(path, train=False), 4, transforms.CentreCrop(16, 18), size=16,
+                     workers=0, repeat=False)
+    batches = fingerprint(val)
+    assert batches == fingerprint(by_hand) and len(batches) == 8
+
+
+def test_the_front_door_names_the_decoders_it_knows(data):
+    _, path = data
+    with pytest.raises(UserError) as caught:
+        make_loader(open_source(path, train=False), 4, decoder="pillow")
+    assert str(caught.value) == "decoder: 'pillow'; allowed: turbo, dali"
+    assert caught.value.exit_status == 2

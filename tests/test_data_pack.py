@@ -15,7 +15,8 @@ import numpy
 import pytest
 from PIL import Image
 
-from chainermn_rt.data import jpeg, manifest, pack, shards, synthetic
+from chainermn_rt.data import jpeg, manifest, shards
+from chainermn_rt.data.writers import pack, synthetic
 from chainermn_rt.errors import UserError
 
 from conftest import PYTHON, folder_contents

@@ -14,7 +14,7 @@ import zipfile
 import numpy
 import pytest
 
-from chainermn_rt.data import pack, synthetic
+from chainermn_rt.data.writers import pack, synthetic
 
 from conftest import PYTHON, REPO, folder_contents, run_mpi
 

@@ -4,8 +4,10 @@ config|partition|node|hostnames``, ``srun --mpi=list``, ``srun --help``) and a n
 with bytes that are not UTF-8, control characters, huge, negative and non-ASCII numbers, deep
 XML. ``site init``, ``site check --live`` and ``site reframe --scheduler auto`` either succeed
 (and what they write loads) or refuse in 1-3 lines naming the node, field or command, with no
-traceback and nothing written: exit 2 for bad data, 3 where the environment is at fault (a
-command that does not answer, a step cut short), 1 where Slurm and the hardware disagree.
+traceback and nothing written. A damaged answer is the environment's fault, never the person's:
+exit 3 (as for a command that does not answer, a step cut short); 1 where sound answers
+disagree (Slurm and the hardware, a partition's nodes); 2 only for the person's ``--partition``
+that the cluster's answer does not name.
 
 Slurm answers through stub ``scontrol`` and ``srun`` on PATH (as in
 tests/test_site_init_command.py, whose DGX H100 cluster is the base): each prints a file the
@@ -30,7 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from test_site_init_command import CONFIG, MPI_LIST, NODES, PARTITIONS
 
-from chainermn_rt import cli, slurm_client
+from chainermn_rt import cli, slurm_client, slurm_records
 from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.site import load_site
 from chainermn_rt.site_init import node_report, survey
@@ -141,14 +143,15 @@ def cluster(tmp_path, monkeypatch, capsys) -> Cluster:
     return Cluster(tmp_path, monkeypatch, capsys)
 
 
-# What each exit status may say: 1, Slurm and the hardware disagree; 3, the environment.
+# What each exit status may say: 1, sound answers disagree (Slurm and the hardware, a
+# partition's nodes); 2, the person's --partition is not among the partitions Slurm named; 3,
+# anything else (the environment), naming where the bad answer came from.
 DISAGREE = re.compile(r"partition \S+: its nodes differ|\S+: Slurm has \d+ GPUs|\S+: hwloc "
-                      r"numbers its CPUs|partition \S+: it has no nodes")
-ENVIRONMENT = re.compile(r".*(: no answer in \d+ s|the probe did not finish|the probe step "
-                         r"(failed|.* did not end within)|failed \(exit \d+\)|gave no topology)")
-# A refusal names where the bad value came from.
-NAMED = re.compile(r"(node |partition |--partition|--name|scontrol|srun|lstopo|nvidia|/proc/"
-                   r"driver|the probe|Nodes=|MaxTime|ClusterName|SlurmctldHost|dgx\d+: )")
+                      r"numbers its CPUs|partition \S+: it has no nodes|node \S+: in a "
+                      r"partition's Nodes but not in scontrol show node")
+PERSON = re.compile(r"--partition: 'batch' is not a partition of this cluster; allowed: ")
+NAMED = re.compile(r"(node |partition |scontrol|srun|lstopo|nvidia|/proc/driver|the probe|Nodes="
+                   r"|MaxTime|ClusterName|SlurmctldHost|dgx\d+: )")
 
 
 def check_outcome(cluster: Cluster, status: int, out: str, err: str, command: str,
@@ -180,10 +183,10 @@ def check_outcome(cluster: Cluster, status: int, out: str, err: str, command: st
     assert status in (1, 2, 3), (status, err)
     if status == 1:
         assert DISAGREE.match(message), message
-    elif status == 3:
-        assert ENVIRONMENT.match(message), message
+    elif status == 2:
+        assert PERSON.match(message), message
     else:
-        assert NAMED.search(message) and "allowed: " in message, message
+        assert NAMED.match(message), message
 
 
 def init(cluster: Cluster, answers: dict[str, bytes], hang: str = "") -> tuple:
@@ -418,22 +421,48 @@ def test_site_check_live_reads_damaged_answers_or_refuses_in_one_line(cluster, b
     check_outcome(cluster, status, out, err, "site check", None, before)
 
 
+def reframe(cluster: Cluster, answers: dict[str, bytes]) -> tuple[int, str]:
+    """``site reframe --scheduler auto``: (status, the scheduler written or the error line);
+    a refusal is one line, exit 3, naming scontrol show config, with nothing written."""
+    cluster.answer(answers)
+    before = folder_contents(cluster.out)
+    written = cluster.out / "reframe.py"
+    status, out, err = cluster.run("site", "reframe", "--site", "dgx-h100", "--output",
+                                   str(written))
+    if currently_in_test_context():
+        event(f"exit {status}")
+    assert "Traceback" not in out + err
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", out + err), (out, err)
+    if status == 0:
+        assert err == "", err
+        text = written.read_text()
+        compile(text, str(written), "exec")
+        written.unlink()
+        err = re.search(r"'scheduler': '(squeue|slurm)'", text).group(1)
+    else:
+        assert status == 3 and err.startswith("chainermn-rt site: error: scontrol show config: ")
+        assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert folder_contents(cluster.out) == before
+    return status, err
+
+
 @SOME
 @given(st.one_of(JUNK, st.binary(max_size=200), st.builds(
     lambda at, junk: Lazy(f"CONFIG[:{at}] + {junk!r} + ...",
                           lambda: CONFIG.encode()[:at] + raw(junk) + CONFIG.encode()[at:]),
     st.integers(0, len(CONFIG)), JUNK)))
 @example(b"AccountingStorageType = accounting_storage/\xffslurmdbd\n")
-def test_site_reframe_reads_any_show_config_answer(cluster, base, config):
-    """``site reframe --scheduler auto`` asks ``scontrol show config``: any answer gives a
-    configuration (squeue without accounting, else slurm), none a traceback."""
-    cluster.answer({**base, "config": raw(config)})
-    written = cluster.out / "reframe.py"
-    status, out, err = cluster.run("site", "reframe", "--site", "dgx-h100", "--output",
-                                   str(written))
-    assert (status, err) == (0, ""), err
-    assert re.search(r"'scheduler': '(squeue|slurm)'", written.read_text())
-    written.unlink()
+@example(b"\x00\xff\xfe\x1b[31m")
+def test_site_reframe_reads_a_show_config_answer_or_refuses_it(cluster, base, config):
+    """``site reframe --scheduler auto`` asks ``scontrol show config``: an answer holding
+    Slurm's AccountingStorageType gives a configuration (squeue without accounting, else
+    slurm); any other is refused, exit 3, nothing written."""
+    text = raw(config).decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    kind = slurm_records.config(text).get("AccountingStorageType", "")
+    status, said = reframe(cluster, {**base, "config": raw(config)})
+    assert (status == 0) == bool(re.fullmatch(r"accounting_storage/[a-z0-9_]+", kind)), kind
+    if status == 0:
+        assert said == ("squeue" if kind == "accounting_storage/none" else "slurm"), kind
 
 
 # -- each named case, plainly -------------------------------------------------------------------
@@ -481,51 +510,51 @@ def test_bytes_that_are_not_utf8_are_replaced_where_they_do_not_matter(cluster, 
                                            "D-HH, D-HH:MM, D-HH:MM:SS"),
 ])
 def test_a_damaged_record_names_the_node_and_field(cluster, base, answer, key, value, line):
-    refused(cluster, {**base, answer: set_field(base[answer], key, value, 0)}, 2, line)
+    refused(cluster, {**base, answer: set_field(base[answer], key, value, 0)}, 3, line)
 
 
 def test_a_node_name_that_is_not_one_is_refused(cluster, base):
-    refused(cluster, {**base, "hostnames": b"dgx01\ndgx\x1b02\n"}, 2,
+    refused(cluster, {**base, "hostnames": b"dgx01\ndgx\x1b02\n"}, 3,
             "partition batch: scontrol show hostnames dgx[01-02]: 'dgx\\x1b02' is not a node "
             "name; allowed: letters, digits, '.', '_', '-'")
 
 
 def test_deep_lstopo_xml_is_one_line_not_recursion(cluster, base):
     probe_text = damage_probe(base["probe"], [("xml", deep(200_000))])
-    refused(cluster, {**base, "probe": probe_text}, 2, "dgx02: lstopo --whole-system --of xml: "
+    refused(cluster, {**base, "probe": probe_text}, 3, "dgx02: lstopo --whole-system --of xml: "
             "nested deeper than 64 elements; allowed: hwloc 2 XML")
 
 
 def test_lstopo_without_objects_is_one_line_not_zero_division(cluster, base):
     probe_text = damage_probe(base["probe"], [("xml", b'<topology version="2.0"/>')])
-    refused(cluster, {**base, "probe": probe_text}, 2, "dgx02: lstopo --whole-system --of xml: "
+    refused(cluster, {**base, "probe": probe_text}, 3, "dgx02: lstopo --whole-system --of xml: "
             "no NUMA node with cores; allowed: the topology of the whole node (hwloc 2)")
 
 
 def test_an_lstopo_attribute_holding_a_newline_is_refused(cluster, base):
     probe_text = damage_probe(base["probe"], [("attribute", "pci_busid",
                                                b"0000:1b:00.0&#10;[environment]", 0)])
-    refused(cluster, {**base, "probe": probe_text}, 2, "dgx02: lstopo --whole-system --of xml: "
+    refused(cluster, {**base, "probe": probe_text}, 3, "dgx02: lstopo --whole-system --of xml: "
             "Bridge pci_busid='0000:1b:00.0\\n[environment]'; allowed: a PCI bus id such as "
             "0000:1b:00.0")
 
 
 def test_a_driver_file_without_device_minor_is_one_line(cluster, base):
     probe_text = damage_probe(base["probe"], [("information", 3, "Device Minor", None)])
-    refused(cluster, {**base, "probe": probe_text}, 2, "dgx02: /proc/driver/nvidia/gpus/*/"
+    refused(cluster, {**base, "probe": probe_text}, 3, "dgx02: /proc/driver/nvidia/gpus/*/"
             "information (GPU file 4 of 8): no 'Device Minor'; allowed: the NVIDIA driver's "
             "information file")
 
 
 def test_two_gpus_with_one_minor_are_refused(cluster, base):
     probe_text = damage_probe(base["probe"], [("information", 3, "Device Minor", b"0")])
-    refused(cluster, {**base, "probe": probe_text}, 2, "dgx02: /proc/driver/nvidia/gpus/*/"
+    refused(cluster, {**base, "probe": probe_text}, 3, "dgx02: /proc/driver/nvidia/gpus/*/"
             "information: two GPUs with one device minor; allowed: each GPU's own")
 
 
 def test_a_non_ascii_digit_in_nvidia_smis_numa_affinity_is_one_line(cluster, base):
     probe_text = damage_probe(base["probe"], [("numa", 5, "\u0663".encode())])
-    refused(cluster, {**base, "probe": probe_text}, 2, "dgx02: nvidia-smi topo -m: GPU5: NUMA "
+    refused(cluster, {**base, "probe": probe_text}, 3, "dgx02: nvidia-smi topo -m: GPU5: NUMA "
             "Affinity \u0663; allowed: a NUMA node number or N/A")
 
 
@@ -545,6 +574,74 @@ def test_cpus_hwloc_numbers_past_cputot_are_a_disagreement(cluster, base):
                                                  "CPUTot", b"64", 1)}, 1,
             "dgx02: hwloc numbers its CPUs up to 111, Slurm's CPUTot is 64: a profile's CPU "
             "lists name CPUs 0-63 only")
+
+
+@pytest.mark.parametrize("answer, data, line", [
+    ("config", b"\x00\xff\xfe\x1b[31m\n", "scontrol show config: no SlurmctldHost[0]; allowed: a "
+                                          "host name or an IP address, e.g. head(10.0.0.1)"),
+    ("partitions", b"\xff\xfe\n\x00", "scontrol show partition -o: no PartitionName= record in "
+                                      "its answer; run it where Slurm's scontrol reaches the "
+                                      "cluster"),
+    ("nodes", b"\xff\xfe\n\x00", "scontrol show node -o: no NodeName= record in its answer; run "
+                                 "it where Slurm's scontrol reaches the cluster"),
+    ("mpi-list", b"\xff\xfe\x00junk\n", "srun --mpi=list: exit 0, '\ufffd\ufffd\\x00junk': names "
+                                        "no MPI plugin, not even none, which every Slurm lists; "
+                                        "run it where Slurm's srun reaches the cluster"),
+    ("mpi-list", b"", "srun --mpi=list: exit 0, nothing: names no MPI plugin, not even none, "
+                      "which every Slurm lists; run it where Slurm's srun reaches the cluster"),
+])
+def test_binary_garbage_for_an_answer_is_the_environment(cluster, base, answer, data, line):
+    """An answer that is not Slurm's at all is refused naming the command, exit 3, nothing
+    written (srun --mpi=list's was once taken as "no pmix" and a profile written)."""
+    refused(cluster, {**base, answer: data}, 3, line)
+
+
+def test_a_gres_count_the_driver_contradicts_is_a_finding(cluster, base):
+    refused(cluster, {**base, "nodes": base["nodes"].replace(b"gpu:h100:8", b"gpu:h100:4")}, 1,
+            "dgx02: Slurm has 4 GPUs (Gres=gpu:h100:4(S:0-1)), the NVIDIA driver lists 8")
+
+
+def test_a_node_slurm_names_but_does_not_describe_is_a_finding(cluster, base):
+    refused(cluster, {**base, "hostnames": b"dgx01\ndgx09\n"}, 1,
+            "node dgx09: in a partition's Nodes but not in scontrol show node")
+
+
+@SOME
+@given(JUNK | st.binary(max_size=200))
+@example(b"\xff\xfe")
+@example(b"srun: error: Invalid MPI type 'list'\n")
+def test_srun_mpi_list_answers_are_read_or_refused_naming_it(cluster, base, answer):
+    status, out, err = init(cluster, {**base, "mpi-list": raw(answer)})
+    assert status == 0 or (status == 3 and err.startswith(
+        "chainermn-rt site: error: srun --mpi=list: exit 0, ")), err
+
+
+@pytest.mark.parametrize("config, said", [
+    (b"\x00\xff\xfe\x1b[31m\n", "no AccountingStorageType"),
+    (b"AccountingStorageType = accounting_storage/\xffslurmdbd\n",
+     "AccountingStorageType=accounting_storage/\ufffdslurmdbd"),
+])
+def test_site_reframe_refuses_a_show_config_answer_that_is_not_slurms(cluster, base, config,
+                                                                     said):
+    assert reframe(cluster, {**base, "config": config}) == (
+        3, f"chainermn-rt site: error: scontrol show config: {said}, which Slurm always prints "
+           "as accounting_storage/NAME; run it where Slurm's scontrol reaches the cluster, or "
+           "give --scheduler slurm|squeue\n")
+
+
+@pytest.mark.parametrize("kind, scheduler", [("none", "squeue"), ("slurmdbd", "slurm")])
+def test_site_reframe_follows_slurms_accounting(cluster, base, kind, scheduler):
+    config = set_field(base["config"], "AccountingStorageType",
+                       b"accounting_storage/" + kind.encode(), 0)
+    assert reframe(cluster, {**base, "config": config}) == (0, scheduler)
+
+
+def test_site_check_live_refuses_an_mpi_list_that_is_not_sruns(cluster, base):
+    cluster.answer({**base, "mpi-list": b"\xff\n"})
+    status, out, err = cluster.run("site", "check", "dgx-h100", "--live")
+    assert (status, err) == (3, "chainermn-rt site: error: srun --mpi=list: exit 0, '\ufffd': "
+                                "names no MPI plugin, not even none, which every Slurm lists; "
+                                "run it where Slurm's srun reaches the cluster\n")
 
 
 # -- commands that do not answer; answers too large ---------------------------------------------
@@ -588,13 +685,13 @@ def test_no_answer_is_exit_3_and_still_a_timeout_for_callers_that_ask_again(clus
 def test_site_check_live_names_the_node_and_field(cluster, base):
     cluster.answer({**base, "nodes": set_field(base["nodes"], "RealMemory", b"12\xff", 0)})
     status, out, err = cluster.run("site", "check", "dgx-h100", "--live")
-    assert (status, err) == (2, "chainermn-rt site: error: node dgx01: RealMemory=12\ufffd; "
+    assert (status, err) == (3, "chainermn-rt site: error: node dgx01: RealMemory=12\ufffd; "
                                 "allowed: a whole number 0-1073741824\n")
 
 
 def test_an_answer_past_the_limit_is_refused(cluster, base, monkeypatch):
     monkeypatch.setattr(slurm_client, "MAX_ANSWER_BYTES", 1 << 20)
-    refused(cluster, {**base, "nodes": base["nodes"] * 10_000}, 2,
+    refused(cluster, {**base, "nodes": base["nodes"] * 10_000}, 3,
             "scontrol show node -o: printed more than 1 MiB; allowed: a Slurm client's answer, "
             "at most that")
 

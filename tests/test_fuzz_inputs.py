@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_env import JobEnvironment
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.rank import binding
 from chainermn_rt.rank_contract import Slot
 from chainermn_rt.render import render

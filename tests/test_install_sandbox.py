@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from fixtures_install import install
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.site import load_site
 from chainermn_rt.slurm_client import Slurm
 from chainermn_rt.submission import write_script

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from chainermn_rt.plan import Request, make_plan, stop_of
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan, stop_of
 from chainermn_rt.rank_contract import STOP_DONE_SUFFIX, STOP_READY_SUFFIX
 from chainermn_rt.site import load_site, resolve_site
 from chainermn_rt.stop_verdict import decide

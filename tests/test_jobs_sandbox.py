@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.rank_contract import parse_cpu_list
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site
@@ -82,6 +83,9 @@ def test_each_rank_gets_its_profile_slot(sandbox, tmp_path):
         assert r["cpus"] == parse_cpu_list(slot.cpus)
         assert r["ucx"] == ",".join(slot.hcas)
         assert r["nccl_hca"] == "=sbx_ib0:1,sbx_ib1:1"  # the node's HCAs, on every rank
+    # Slurm agrees with the script's `srun --cpu-bind=none` (TaskPlugin=task/cgroup): no
+    # "srun: cluster configuration lacks support for cpu binding" at the log's head
+    assert "lacks support for cpu binding" not in text, text[:500]
 
 
 def test_mpirun_launcher_and_per_rank_logs(sandbox, tmp_path):

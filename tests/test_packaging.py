@@ -1,10 +1,12 @@
-"""The wheel carries slurm/ (templates, site profiles, sandbox files): render works from it."""
+"""The wheel carries every package of chainermn_rt and slurm/ (templates, site profiles,
+sandbox files): render works from it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 
 from conftest import REPO
@@ -31,3 +33,11 @@ def test_installed_wheel_renders_with_its_own_templates(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].startswith(str(target))
     assert "#SBATCH --gpus-per-node=p100:4" in proc.stdout
+
+
+def test_every_package_is_listed_for_the_wheel():
+    """pyproject.toml names the packages one by one: a new folder of modules must be there."""
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(REPO).parts)
+             for p in (REPO / "chainermn_rt").rglob("__init__.py")}
+    assert found - set(listed["packages"]) == set()

@@ -14,10 +14,11 @@ import pytest
 from fixtures_reframe import reframe
 
 from chainermn_rt.doctor.job import doctor_plan
-from chainermn_rt.plan import Request
+from chainermn_rt.job_request import Request
 from chainermn_rt.reframe.jobs import REFRAME_WRITES
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.slurm_rules import parse_time
 
 from conftest import REPO
 
@@ -80,6 +81,9 @@ def test_the_dry_run_script_runs_the_rendered_launch_line(reframe_venv, tmp_path
     if site.container.runtime == "pyxis":
         assert any(word.startswith("--container-image=") for word in found)
     assert "#SBATCH --no-requeue" in script.splitlines()
+    # the check's time limit is the Plan's (the doctor's 10 minutes, or a shorter partition's)
+    times = [o.split("=", 1)[1] for o in _directives(script) if o.startswith("--time=")]
+    assert [parse_time(t, "time") for t in times] == [parse_time(dict(plan.sbatch)["time"], "")]
     assert f"#SBATCH --gpus-per-node={plan.gpus_per_node}" in script.splitlines()
     # the environment, exported as ReFrame writes it, reads back byte for byte
     exports = "\n".join(line for line in script.splitlines() if line.startswith("export "))

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.render import directive, render
 from chainermn_rt.site import load_site
 

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site
 from chainermn_rt.snapshots import check_set

@@ -176,6 +176,10 @@ def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, t
     digests = [line.split()[-1] for line in out.splitlines() if "parameters sha256" in line]
     assert len(digests) == 4 and len(set(digests)) == 1, out
     assert "final accuracy: main/accuracy" in out, out
+    # the job script's `srun --cpu-bind=none` and the sandbox's TaskPlugin agree: the log shown
+    # to every new user does not begin with "srun: cluster configuration lacks support for cpu
+    # binding"
+    assert "lacks support for cpu binding" not in out, out
 
 
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):
@@ -299,6 +303,41 @@ def test_cli_submit_reaches_the_sandbox_from_any_folder(sandbox, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "COMPLETED, exit code 0" in proc.stdout
     assert next(tmp_path.glob("chainermn-*.out")).read_text().split()[-1] == "node1"
+
+
+def test_submit_follows_the_running_sandboxs_node_count(tmp_path):
+    """`sandbox up --nodes 3` on the shipped profile (its partitions say 2 nodes), then `submit
+    --site sandbox --nodes 3`: the profile follows the running sandbox, whose partitions span
+    its 3 nodes, and the job runs on all three (issue 33: it was refused, "allowed: 1-2"). A
+    sandbox of its own; once it is down, the profile is as written again."""
+    require_commands("munged", "slurmctld", "slurmd", "ip")
+    env = {**os.environ, STATE_VAR: str(tmp_path / "state")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PYTHON, "-m", "chainermn_rt", *args], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=300)
+
+    def submit(nodes: str, *more: str) -> subprocess.CompletedProcess:
+        return cli("submit", "--site", "sandbox", "--nodes", nodes, "--gpus-per-node", "1",
+                   "--time", "2", *more, "--", "hostname")
+
+    try:
+        up = cli("sandbox", "up", "--nodes", "3")
+        assert up.returncode == 0 and "up (3 nodes)" in up.stdout, up.stdout + up.stderr
+        ran = submit("3", "--wait")
+        assert ran.returncode == 0 and "COMPLETED, exit code 0" in ran.stdout, ran
+        # the log holds the three hosts and nothing else (no srun warning either)
+        log = next(tmp_path.glob("chainermn-*.out")).read_text()
+        assert sorted(log.split()) == ["node1", "node2", "node3"], log
+        over = submit("4", "--dry-run")
+        assert (over.returncode, over.stderr) == (2, "chainermn-rt submit: error: --nodes: 4 on "
+                                                     "partition 'gpu'; allowed: 1-3\n")
+    finally:
+        down = cli("sandbox", "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    written = submit("3", "--dry-run")
+    assert (written.returncode, written.stderr) == (2, "chainermn-rt submit: error: --nodes: 3 "
+                                                       "on partition 'gpu'; allowed: 1-2\n")
 
 
 def test_binding_bench_runs_the_demo_under_both_bindings(sandbox):

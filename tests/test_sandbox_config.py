@@ -39,7 +39,8 @@ def test_slurm_conf_from_the_profile(tmp_path):
     lines = conf(files)
     for setting in ("MpiDefault=pmix", "EnforcePartLimits=ALL", "JobCompType=jobcomp/filetxt",
                     "SelectType=select/cons_tres", "GresTypes=gpu", f"TmpFS={tmp_path}/tmp/%n",
-                    "SlurmctldHost=head(10.213.0.1)", "ClusterName=sandbox"):
+                    "SlurmctldHost=head(10.213.0.1)", "ClusterName=sandbox",
+                    "TaskPlugin=task/cgroup"):
         assert setting in lines
     assert [ln for ln in lines if ln.startswith("NodeName=")] == [
         f"NodeName=node{i} NodeHostname=node{i} NodeAddr=10.213.0.{i + 1} CPUs=4 "
@@ -52,6 +53,9 @@ def test_slurm_conf_from_the_profile(tmp_path):
     assert files["etc/hosts"].splitlines()[-2:] == ["10.213.0.2 node1", "10.213.0.3 node2"]
     assert "OMPI_MCA_btl_tcp_if_include=10.213.0.0/24" in files["etc/task_prolog.sh"]
     assert conf(files, "etc/mpi.conf") == ["PMIxTimeout=900"]
+    # task/cgroup binds and constrains nothing (each rank binds itself): no cgroup is made
+    assert {"ConstrainCores=no", "ConstrainDevices=no", "ConstrainRAMSpace=no"} <= \
+        set(conf(files, "etc/cgroup.conf"))
 
 
 def test_accounting_settings_and_accounts_from_the_profile(tmp_path):
@@ -101,7 +105,10 @@ def test_node_count_and_subnet_come_from_settings(tmp_path):
     files = render_files(site, sandbox_settings(site, nodes=4, state_dir=tmp_path))
     nodes = [ln.split()[2] for ln in conf(files) if ln.startswith("NodeName=")]
     assert nodes == [f"NodeAddr=172.30.8.{i + 1}" for i in range(1, 5)]
-    assert "Nodes=node[1-4] MaxNodes=2" in files["etc/slurm.conf"]  # the partition's own limit
+    # every partition spans the sandbox's nodes, whatever the profile's partitions say (2)
+    assert [ln for ln in conf(files) if ln.startswith("PartitionName=")] == [
+        f"PartitionName={p} Nodes=node[1-4] MaxNodes=4 MaxTime=00:30:00 Default={d} State=UP"
+        for p, d in (("gpu", "YES"), ("cpu", "NO"))]
 
 
 def test_state_folder_names_the_sandbox_and_never_depends_on_the_current_folder(

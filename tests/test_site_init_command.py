@@ -19,7 +19,8 @@ from chainermn_rt.site import load_site, parse_site
 
 from conftest import REPO, folder_contents, require_commands
 
-CONFIG = "ClusterName         = dgx\nSlurmctldHost[0]    = head(10.0.0.1)\nMpiDefault = pmix\n"
+CONFIG = ("AccountingStorageType   = accounting_storage/slurmdbd\nClusterName         = dgx\n"
+          "SlurmctldHost[0]    = head(10.0.0.1)\nMpiDefault = pmix\n")
 PARTITIONS = ("PartitionName=batch AllowGroups=ALL Default=YES MaxTime=2-00:00:00 "
               "Nodes=dgx[01-02] State=UP TotalCPUs=224 TotalNodes=2\n"
               "PartitionName=debug Default=NO MaxTime=UNLIMITED Nodes=dgx03 TotalNodes=1\n"

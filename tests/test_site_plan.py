@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.rank_contract import SLOTS_VAR, parse_cpu_list
 from chainermn_rt.site import load_site, parse_site
 

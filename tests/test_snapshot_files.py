@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from chainermn_rt import cli
+from chainermn_rt.files import sha256_file
 from chainermn_rt.snapshots import SnapshotError, store
 
 MANY = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 200)), deadline=None,
@@ -46,7 +47,7 @@ def write_set(directory: Path, iteration: int, size: int) -> Path:
         data = store.npz_bytes({"w": numpy.full(3, rank, numpy.float32),
                                 "updater/iteration": numpy.array(iteration)})
         store.write_file(tmp / store.rank_file(rank), data)
-        digests[store.rank_file(rank)] = store.sha256_of(tmp / store.rank_file(rank))
+        digests[store.rank_file(rank)] = sha256_file(tmp / store.rank_file(rank))
     return store.publish(directory, iteration, digests)
 
 
@@ -249,7 +250,7 @@ def apply(path: Path, manifest, file) -> None:
             _link(target, rest[0])
         else:  # a generated zip, its digest in the manifest
             target.write_bytes(npz_of(rest[0]))
-            data["files"]["rank_00001.npz"] = store.sha256_of(target)
+            data["files"]["rank_00001.npz"] = sha256_file(target)
             where.write_text(json.dumps(data))
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,22 +20,23 @@ from types import SimpleNamespace
 
 import pytest
 
+from chainermn_rt import stage_copy as stage_module
 from chainermn_rt.cli import main
-from chainermn_rt.data import stage as stage_module
 from chainermn_rt.data.manifest import Manifest, Shard, shard_name, to_json
-from chainermn_rt.data.stage import STALE_AFTER_S, stage, stage_job, sweep
 from chainermn_rt.errors import EnvironmentProblem, UserError
-from chainermn_rt.plan import Request, make_plan
-from chainermn_rt.rank_contract import (
-    STAGE_DIR_VAR,
-    STAGE_FOLDER_PREFIX,
-    STAGE_FROM_VAR,
-    STAGE_LIVE_JOBS_VAR,
-)
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.sandbox import scratch
 from chainermn_rt.sandbox.settings import sandbox_settings
 from chainermn_rt.site import load_site, resolve_site
-from chainermn_rt.staging import local_path
+from chainermn_rt.stage_copy import STALE_AFTER_S, copy_folder, copy_step, sweep
+from chainermn_rt.staging import (
+    FOLDER_PREFIX,
+    STAGE_DIR_VAR,
+    STAGE_FROM_VAR,
+    STAGE_LIVE_JOBS_VAR,
+    local_path,
+)
 from chainermn_rt.submission import write_script
 
 from conftest import PYTHON, REPO, folder_contents
@@ -111,7 +113,7 @@ def test_the_plan_stages_each_source_on_every_node_once():
     plan = _plan(stage=(GOOD_SOURCE + "/", "/lustre//imagenet/shards/val"), python="/py")
     st = plan.stage
     assert st.sources == (GOOD_SOURCE, "/lustre/imagenet/shards/val")
-    assert st.scratch == SCRATCH and st.folder == f"{SCRATCH}/{STAGE_FOLDER_PREFIX}"
+    assert st.scratch == SCRATCH and st.folder == f"{SCRATCH}/{FOLDER_PREFIX}"
     one_per_node = ("srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                     "--kill-on-bad-exit=1", "--mpi=none")
     assert st.copy == (*one_per_node, "/py", "-m", "chainermn_rt", "data", "stage", "--job")
@@ -250,7 +252,7 @@ def test_any_other_folder_is_copied_as_it_is(tmp_path):
     (src / "link").symlink_to("a/b/deep.bin")
     (src / "a" / "run.sh").write_text("#!/bin/sh\n")
     (src / "a" / "run.sh").chmod(0o755)
-    copied = stage(src, tmp_path / "dest")
+    copied = copy_folder(src, tmp_path / "dest")
     assert folder_contents(tmp_path / "dest") == folder_contents(src)
     assert (tmp_path / "dest" / "a" / "run.sh").stat().st_mode & 0o777 == 0o755
     assert (copied.files, copied.bytes) == (3, (3 << 20) + 3 + len("#!/bin/sh\n"))
@@ -259,13 +261,13 @@ def test_any_other_folder_is_copied_as_it_is(tmp_path):
 def test_a_complete_copy_is_left_alone_and_an_incomplete_one_refused(tmp_path, capsys):
     src, dest = tmp_path / "src", tmp_path / "dest"
     manifest = _shards(src)
-    assert not stage(src, dest).already
+    assert not copy_folder(src, dest).already
     before = folder_contents(dest)
-    assert stage(src, dest).already and folder_contents(dest) == before
+    assert copy_folder(src, dest).already and folder_contents(dest) == before
     (dest / manifest.shards[1].name).write_bytes(b"short")  # damaged on the node
     status, err = _cli(capsys, "data", "stage", str(src), str(dest))
     assert status == 2 and err.count("\n") == 1 and "is not a complete copy" in err, err
-    copied = stage(src, dest, replace_incomplete=True)  # a job's own folder: copied anew
+    copied = copy_folder(src, dest, replace_incomplete=True)  # a job's own folder: copied anew
     assert not copied.already and folder_contents(dest) == before
 
 
@@ -317,7 +319,7 @@ def test_a_copy_that_does_not_fit_is_an_environment_problem(tmp_path, monkeypatc
     monkeypatch.setattr(stage_module.shutil, "disk_usage",
                         lambda _: SimpleNamespace(total=100, used=0, free=100))
     with pytest.raises(EnvironmentProblem, match="0.00 GB free on .*needs 0.00 GB"):
-        stage(tmp_path / "src", tmp_path / "dest")
+        copy_folder(tmp_path / "src", tmp_path / "dest")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
 
 
@@ -327,7 +329,7 @@ def test_a_scratch_that_cannot_be_written_is_one_line_exit_3(tmp_path, capsys, m
     def refused(**_):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(stage_module.tempfile, "mkdtemp", refused)
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
     status, err = _cli(capsys, "data", "stage", str(tmp_path / "src"), str(tmp_path / "d"))
     assert status == 3 and err.count("\n") == 1, err
     assert f"{tmp_path}: permission denied on " in err and "cannot take the copy" in err, err
@@ -336,7 +338,7 @@ def test_a_scratch_that_cannot_be_written_is_one_line_exit_3(tmp_path, capsys, m
 # -- in a job: the copy step and its sweep --------------------------------------------------
 
 def _job_env(tmp_path: Path, job: str, live: str, *sources: Path) -> dict[str, str]:
-    folder = tmp_path / "scratch" / f"{STAGE_FOLDER_PREFIX}{job}"
+    folder = tmp_path / "scratch" / f"{FOLDER_PREFIX}{job}"
     return {**_env(*(str(s) for s in sources), folder=str(folder)), "SLURM_JOB_ID": job,
             STAGE_LIVE_JOBS_VAR: live}
 
@@ -348,14 +350,14 @@ def test_the_copy_step_stages_each_source_in_its_place(tmp_path):
     (tmp_path / "scratch").mkdir()
     env = _job_env(tmp_path, "12", "12", tmp_path / "a", tmp_path / "b")
     lines = []
-    stage_job(env, lines.append)
+    copy_step(env, lines.append)
     folder = Path(env[STAGE_DIR_VAR])
     assert oct(folder.stat().st_mode & 0o777) == "0o700"  # private to the user
     assert local_path(str(tmp_path / "b" / "x.txt"), env) == str(folder / "1" / "x.txt")
     assert (folder / "1" / "x.txt").read_text() == "x"
     assert sorted(p.name for p in (folder / "0").iterdir())[0] == "manifest.json"
     assert len(lines) == 2 and " -> " in lines[0] and "4 files" in lines[0], lines
-    stage_job(env, lines.append)  # the same node staged twice
+    copy_step(env, lines.append)  # the same node staged twice
     assert [line.endswith(": complete already, left alone") for line in lines] == \
         [False, False, True, True], lines
 
@@ -366,28 +368,28 @@ def test_a_job_folder_that_is_not_the_users_is_refused(tmp_path):
     env = _job_env(tmp_path, "12", "12", tmp_path / "b")
     Path(env[STAGE_DIR_VAR]).symlink_to(tmp_path / "b")  # planted by someone else
     with pytest.raises(EnvironmentProblem, match="is not a folder of this user's"):
-        stage_job(env, print)
+        copy_step(env, print)
     env = _job_env(tmp_path / "nowhere", "12", "12", tmp_path / "b")
     with pytest.raises(EnvironmentProblem, match=r"\(local_scratch\) does not exist on "):
-        stage_job(env, print)
+        copy_step(env, print)
 
 
 def test_the_sweep_removes_only_stale_folders_of_jobs_slurm_no_longer_lists(tmp_path):
     scratch_dir = tmp_path / "scratch"
     old = time.time() - STALE_AFTER_S - 60
     for name in ("3", "4", "5", "6"):
-        (scratch_dir / f"{STAGE_FOLDER_PREFIX}{name}" / "0").mkdir(parents=True)
+        (scratch_dir / f"{FOLDER_PREFIX}{name}" / "0").mkdir(parents=True)
     for name in ("3", "4", "6"):
-        os.utime(scratch_dir / f"{STAGE_FOLDER_PREFIX}{name}", (old, old))
+        os.utime(scratch_dir / f"{FOLDER_PREFIX}{name}", (old, old))
     (scratch_dir / "chainermn-rt-stage-x").mkdir()  # not a job's name
     os.utime(scratch_dir / "chainermn-rt-stage-x", (old, old))
     (scratch_dir / "other").mkdir()
-    lines = sweep(scratch_dir, {"4", "9"}, f"{STAGE_FOLDER_PREFIX}6")
+    lines = sweep(scratch_dir, {"4", "9"}, f"{FOLDER_PREFIX}6")
     # 3: stale; 4: listed; 5: changed recently (its job may have started after the list); 6: own
-    assert lines == [f"removed {scratch_dir}/{STAGE_FOLDER_PREFIX}3, left by job 3, which "
+    assert lines == [f"removed {scratch_dir}/{FOLDER_PREFIX}3, left by job 3, which "
                      "Slurm no longer lists"]
     assert sorted(p.name for p in scratch_dir.iterdir()) == [
-        f"{STAGE_FOLDER_PREFIX}4", f"{STAGE_FOLDER_PREFIX}5", f"{STAGE_FOLDER_PREFIX}6",
+        f"{FOLDER_PREFIX}4", f"{FOLDER_PREFIX}5", f"{FOLDER_PREFIX}6",
         "chainermn-rt-stage-x", "other"]
     assert sweep(scratch_dir, None, "x") == []  # an unknown list: nothing removed
 
@@ -519,7 +521,7 @@ def test_the_script_stages_before_the_ranks_and_removes_after_them(tmp_path, exi
     _shards(source)
     proc = _run_script(tmp_path, source, {"STUB_EXIT": str(exit_status)})
     assert proc.returncode == exit_status, proc.stderr  # the ranks' status, kept
-    folder = tmp_path / "scratch" / f"{STAGE_FOLDER_PREFIX}77"
+    folder = tmp_path / "scratch" / f"{FOLDER_PREFIX}77"
     assert _ranks_saw(tmp_path) == [[str(folder / "0"), ["manifest.json", shard_name(0),
                                                          shard_name(1), shard_name(2)]]]
     steps = (tmp_path / "steps.log").read_text().splitlines()
@@ -554,8 +556,8 @@ def test_a_requeue_on_the_stop_signal_removes_the_copy_first(tmp_path):
 def test_the_copy_step_sweeps_what_a_killed_job_left(tmp_path):
     source = tmp_path / "data"
     _shards(source)
-    stale = tmp_path / "scratch" / f"{STAGE_FOLDER_PREFIX}70"
-    listed = tmp_path / "scratch" / f"{STAGE_FOLDER_PREFIX}5"  # squeue's stub lists 5
+    stale = tmp_path / "scratch" / f"{FOLDER_PREFIX}70"
+    listed = tmp_path / "scratch" / f"{FOLDER_PREFIX}5"  # squeue's stub lists 5
     old = time.time() - STALE_AFTER_S - 60
     for folder in (stale, listed):
         (folder / "0").mkdir(parents=True)

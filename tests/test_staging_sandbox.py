@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from chainermn_rt.data.manifest import Manifest, Shard, shard_name, to_json
-from chainermn_rt.plan import Request, make_plan
-from chainermn_rt.rank_contract import STAGE_FOLDER_PREFIX
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.render import render
 from chainermn_rt.sandbox import scratch
 from chainermn_rt.site import load_site
+from chainermn_rt.staging import FOLDER_PREFIX
 
 from conftest import PYTHON, REPO
 
@@ -65,7 +66,7 @@ def _check_copies(sandbox, reports: list[dict], shards: Path, job: str) -> None:
     assert sorted(r["host"] for r in reports) == ["node1", "node2"], reports
     local_scratch = load_site(SITE).partition(None).local_scratch
     for r in reports:
-        assert r["local"] == f"{local_scratch}/{STAGE_FOLDER_PREFIX}{job}/0", r
+        assert r["local"] == f"{local_scratch}/{FOLDER_PREFIX}{job}/0", r
         assert r["files"] == ["manifest.json", *(shard_name(i) for i in range(3))], r
         assert r["shards_ok"], r
     # node-local: two folders, neither of them the shared one (same file system here)
@@ -76,7 +77,7 @@ def _check_copies(sandbox, reports: list[dict], shards: Path, job: str) -> None:
 
 def _assert_removed(sandbox, job: str) -> None:
     for node in sandbox.settings.node_names():
-        left = scratch.node_folder(sandbox.settings, node) / f"{STAGE_FOLDER_PREFIX}{job}"
+        left = scratch.node_folder(sandbox.settings, node) / f"{FOLDER_PREFIX}{job}"
         assert not left.exists(), f"{left} was not removed"
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chainermn_rt.plan import Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
 from chainermn_rt.rank_contract import STALL_TIMEOUT_VAR, START_TIMEOUT_VAR
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site

@@ -1,9 +1,9 @@
 """``chainermn-rt data ACTION``: training data at the paper's scale.
 
-``data synth OUT`` writes an ImageNet-like tree of made-up JPEGs (chainermn_rt.data.synthetic).
-``data pack SRC OUT`` turns a class-folder tree or a ``PATH LABEL`` list of images into tar
-shards with a manifest (chainermn_rt.data.pack: parallel, resumable, files it cannot use
-skipped and listed, or refused with ``--strict``).
+``data synth OUT`` writes an ImageNet-like tree of made-up JPEGs
+(chainermn_rt.data.writers.synthetic). ``data pack SRC OUT`` turns a class-folder tree or a
+``PATH LABEL`` list of images into tar shards with a manifest (chainermn_rt.data.writers.pack:
+parallel, resumable, files it cannot use skipped and listed, or refused with ``--strict``).
 ``data stage SRC DEST`` copies the folder SRC (a folder of shards with ``manifest.json``: its
 shards, checked; any other: as it is) to DEST, whole or not at all; a complete DEST is left
 alone. ``data stage --job`` is a job script's copy step (``render --stage``): each staged
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from chainermn_rt.arguments import Parser, integer
 from chainermn_rt.errors import UserError
+from chainermn_rt.files import whole_folder
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,21 +73,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from chainermn_rt.data import synthetic
+    from chainermn_rt.data.writers import synthetic
 
     if args.out.exists():
         raise UserError(f"OUT: {args.out} exists; allowed: a new folder")
-    import shutil
-    import tempfile
-
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.", dir=args.out.parent))
-    try:
-        files = synthetic.tree(partial, args.classes, args.per_class, first=args.first)
-        partial.rename(args.out)  # whole or not at all
-    except BaseException:
-        shutil.rmtree(partial)
-        raise
+    with whole_folder(args.out) as work:
+        files = synthetic.tree(work, args.classes, args.per_class, first=args.first)
     print(f"{args.out}: {len(files)} JPEGs in {args.classes} class folders")
     return 0
 
@@ -94,7 +87,7 @@ def _synth(args: argparse.Namespace) -> int:
 def _pack(args: argparse.Namespace) -> int:
     import sys
 
-    from chainermn_rt.data import pack
+    from chainermn_rt.data.writers import pack
     from chainermn_rt.errors import print_line
 
     options = pack.Options(shard_size=args.shard_size, short_side=args.short_side,
@@ -115,7 +108,7 @@ def _pack(args: argparse.Namespace) -> int:
         verb = "cannot pack" if args.strict else "skipped"
         print_line(f"chainermn-rt data pack: {verb} {path!r}: {why}")
 
-    workers = args.workers or pack.default_workers(options)
+    workers = args.workers or pack.default_builders(options)
     try:
         result = pack.pack(args.src, str(args.out), options, workers, progress, report)
     finally:
@@ -132,16 +125,16 @@ def _pack(args: argparse.Namespace) -> int:
 
 
 def _stage(args: argparse.Namespace) -> int:
-    from chainermn_rt.data import stage
+    from chainermn_rt import stage_copy
 
     if args.job:
         if args.src or args.dest:
             raise UserError("--job: takes no SRC or DEST; allowed: --job alone, or SRC DEST")
-        stage.stage_job()
+        stage_copy.copy_step()
         return 0
     if not args.src or not args.dest:
         raise UserError("SRC DEST: missing; allowed: the folder to copy and where the copy "
                         "goes (or --job in a job script)")
-    copied = stage.stage(Path(args.src), Path(args.dest))
+    copied = stage_copy.copy_folder(Path(args.src), Path(args.dest))
     print(f"{args.src} -> {args.dest}: {copied}")
     return 0

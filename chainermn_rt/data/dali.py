@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy
 
 from chainermn_rt.data import jpeg
+from chainermn_rt.data.cpus import default_workers
 from chainermn_rt.data.iterator import BatchIterator, Job
-from chainermn_rt.data.loader import default_workers
 from chainermn_rt.data.shards import DataError
 from chainermn_rt.errors import UserError
 
@@ -64,7 +64,7 @@ class DaliLoader(BatchIterator):
         require()
         super().__init__(source, batch_size, repeat=repeat)
         self.transform, self.size, self.gpu = transform, size, gpu
-        self.workers = max(1, default_workers() if workers is None else workers)
+        self.workers = max(1, default_workers(spare=1) if workers is None else workers)
         self.depth = depth or 2
         self._pipe = None
         self._restart()
@@ -112,7 +112,7 @@ class DaliLoader(BatchIterator):
             anchors.append(numpy.array([x0, y0], numpy.float32))
             shapes.append(numpy.array([x1 - x0, y1 - y0], numpy.float32))
             flips.append(numpy.array(flip, numpy.int32))
-        self._inflight.append(job)
+        self._add_in_flight(job)
         return images, anchors, shapes, flips
 
     def _produce(self) -> tuple[Job, object]:
@@ -127,9 +127,9 @@ class DaliLoader(BatchIterator):
             (images,) = self._pipe.run(stream)
         except RuntimeError as err:
             raise self._blame(err) from None
-        return self._inflight.popleft(), as_array(images, self.gpu is not None)
+        return self._pop_in_flight(), as_array(images, self.gpu is not None)
 
-    def _drop_inflight(self) -> None:
+    def _drop_in_flight(self) -> None:
         self._pipe = None  # DALI's scheduled batches cannot be taken back: a new pipeline
 
     def _restart(self) -> None:
@@ -144,14 +144,15 @@ class DaliLoader(BatchIterator):
         lines = [line.strip(" :") for line in str(err).splitlines() if line.strip(" :")]
         after = lines.index("encountered") + 1 if "encountered" in lines else 0
         what = lines[after] if after < len(lines) else type(err).__name__
-        for job in self._inflight:
+        in_flight = self._in_flight()
+        for job in in_flight:
             for sample in job.samples:
                 try:
                     jpeg.decode(sample.image(), (8, 8))
                 except jpeg.DecodeError as bad:
                     return DataError(f"{sample.shard}: sample {sample.key!r}: {bad} (DALI: "
                                      f"{what})")
-        first = self._inflight[0].samples[0] if self._inflight else None
+        first = in_flight[0].samples[0] if in_flight else None
         where = f"{first.shard}: batch from sample {first.key!r}" if first else \
             self.source_name()
         return DataError(f"{where}: DALI: {what}")

@@ -2,13 +2,17 @@
 NVIDIA DALI) share: a Chainer iterator that cuts a rank's sample stream (``sources``) into
 batches, counts epochs as Chainer's iterators do, keeps its place in the epoch through
 ``serialize`` and measures the time spent waiting for data. A loader supplies the images of
-each batch (:meth:`BatchIterator._produce`) and drops what it has in flight on a restart.
+each batch (:meth:`BatchIterator._produce`): it takes a batch's samples (``_take``), counts it
+in flight while its decoder has it (``_add_in_flight``, ``_pop_in_flight``, ``_in_flight``:
+the queue is the base's own) and drops what it has in flight on a restart
+(``_drop_in_flight``).
 """
 
 from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import chainer
@@ -16,6 +20,7 @@ import numpy
 
 from chainermn_rt.data.batch import Batch
 from chainermn_rt.data.shards import DataError
+from chainermn_rt.data.sources import Source
 
 
 class Job(NamedTuple):
@@ -26,16 +31,20 @@ class Job(NamedTuple):
 
 
 class BatchIterator(chainer.dataset.Iterator):
-    """Batches of ``batch_size`` samples of ``source`` (a ``ShardSource`` or ``FileSource``);
-    ``repeat=False``: one pass, the last batch possibly smaller (validation)."""
+    """Batches of ``batch_size`` samples of ``source`` (a ``sources.Source``); ``repeat=False``:
+    one pass, the last batch possibly smaller (validation). ``on_shard_close(ident)``: told
+    when a shard the stream opened is closed (not a method of the loader's: a shard that
+    outlives the loader must not keep it alive)."""
 
-    def __init__(self, source, batch_size: int, *, repeat: bool = True):
+    def __init__(self, source: Source, batch_size: int, *, repeat: bool = True,
+                 on_shard_close: Callable[[int], None] | None = None):
         self.source, self.batch_size, self.repeat = source, batch_size, repeat
         self.epoch, self.current_position, self.is_new_epoch = 0, 0, False
         self._previous_epoch_detail = -1.0
         self.waited = 0.0  # seconds __next__ spent waiting for data
         self._lengths: dict[int, int] = {}
-        self._inflight: collections.deque[Job] = collections.deque()
+        self._on_shard_close = on_shard_close
+        self.__in_flight: collections.deque[Job] = collections.deque()
 
     # --- what a loader supplies ------------------------------------------------------------
     def _produce(self) -> tuple[Job, object]:
@@ -43,8 +52,22 @@ class BatchIterator(chainer.dataset.Iterator):
         the end of a one-pass loader."""
         raise NotImplementedError
 
-    def _drop_inflight(self) -> None:
-        """Forget the batches started but not handed out (the place in the epoch changed)."""
+    def _drop_in_flight(self) -> None:
+        """Forget the batches started but not handed out (the place in the epoch changed);
+        :meth:`_in_flight` still lists them."""
+
+    # --- the batches in flight: with the decoder, not yet handed out -----------------------
+    def _add_in_flight(self, job: Job) -> None:
+        """``job`` is with the decoder now (after :meth:`_take`)."""
+        self.__in_flight.append(job)
+
+    def _pop_in_flight(self) -> Job | None:
+        """The oldest batch in flight, no longer in flight; None when there is none."""
+        return self.__in_flight.popleft() if self.__in_flight else None
+
+    def _in_flight(self) -> tuple[Job, ...]:
+        """The batches in flight, oldest first."""
+        return tuple(self.__in_flight)
 
     # --- Chainer's iterator interface -------------------------------------------------------
     def __next__(self) -> Batch:
@@ -92,16 +115,17 @@ class BatchIterator(chainer.dataset.Iterator):
 
     def _restart(self) -> None:
         """Read on from (epoch, current_position): drop what is in flight, skip what was read."""
-        if self._inflight:
-            self._drop_inflight()
-        self._inflight.clear()
+        if self.__in_flight:
+            self._drop_in_flight()
+        self.__in_flight.clear()
         self._next_index = 0
         self._read = (self.epoch, self.current_position)
         self._stream = None
         self._ended = False
 
     def _samples_of(self, epoch: int, skip: int):
-        length, stream = self.source.length(epoch), self.source.stream(epoch)
+        length = self.source.length(epoch)
+        stream = self.source.stream(epoch, self._on_shard_close)
         self._lengths[epoch] = length
         for _ in range(skip):  # read, not decoded
             next(stream, None)

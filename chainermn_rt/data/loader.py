@@ -27,35 +27,33 @@ import weakref
 import numpy
 
 from chainermn_rt.data import jpeg, worker
+from chainermn_rt.data import worker_protocol as protocol
+from chainermn_rt.data.cpus import default_workers
 from chainermn_rt.data.iterator import BatchIterator, Job
 from chainermn_rt.data.shards import DataError
 
 POLL_S = 0.5  # how often a wait for a worker checks that it still lives
 
 
-def default_workers() -> int:
-    """The rank's CPUs (its slot's binding) less one for the trainer."""
-    return max(0, len(os.sched_getaffinity(0)) - 1)
-
-
 class Loader(BatchIterator):
     """A Chainer iterator of :class:`Batch` es of ``batch_size`` from ``source`` (a
-    ``ShardSource`` or ``FileSource``) cropped by ``transform`` to ``size`` x ``size``.
-    ``workers``: decoding processes (0: in this process; default: :func:`default_workers`).
+    ``sources.Source``) cropped by ``transform`` to ``size`` x ``size``.
+    ``workers``: decoding processes (0: in this process; default: the rank's CPUs less one for
+    the trainer).
     ``repeat=False``: one pass, the last batch possibly smaller (validation)."""
 
     def __init__(self, source, batch_size: int, transform, *, size: int = 224,
                  workers: int | None = None, repeat: bool = True, depth: int | None = None):
-        super().__init__(source, batch_size, repeat=repeat)
+        self.workers = default_workers(spare=1) if workers is None else workers
+        self._closed: list[int] = []  # shards closed here since the last dispatch
+        super().__init__(source, batch_size, repeat=repeat,
+                         on_shard_close=self._closed.append if self.workers else None)
         self.transform, self.size = transform, size
-        self.workers = default_workers() if workers is None else workers
         self.depth = depth or max(2, 2 * self.workers)
         shape = (self.depth + 1, batch_size, size, size, 3)
         self._procs, self._conns, self._shm = [], [], None
         self._sent: set[int] = set()  # shards whose descriptor the workers hold
-        self._closed: list[int] = []  # shards closed here since the last dispatch
         if self.workers:
-            source.on_close = self._closed.append
             self._start(shape)
         else:
             self._slots = numpy.empty(shape, numpy.uint8)
@@ -63,9 +61,9 @@ class Loader(BatchIterator):
 
     def _produce(self) -> tuple[Job, numpy.ndarray]:
         self._fill()
-        if not self._inflight:
+        job = self._pop_in_flight()
+        if job is None:
             raise StopIteration
-        job = self._inflight.popleft()
         slot = job.index % len(self._slots)
         if self.workers:
             self._wait(job)
@@ -73,9 +71,9 @@ class Loader(BatchIterator):
             self._decode_here(job, slot)
         return job, self._slots[slot, :len(job.samples)]
 
-    def _drop_inflight(self) -> None:
+    def _drop_in_flight(self) -> None:
         if self.workers:
-            for job in self._inflight:
+            for job in self._in_flight():
                 self._wait(job, check=False)
 
     def finalize(self) -> None:
@@ -84,11 +82,11 @@ class Loader(BatchIterator):
     # --- decoding --------------------------------------------------------------------------
     def _fill(self) -> None:
         """Hand batches to the workers until ``depth`` are in flight (one, without workers)."""
-        while len(self._inflight) < (self.depth if self.workers else 1):
+        while len(self._in_flight()) < (self.depth if self.workers else 1):
             job = self._take()
             if job is None:
                 return
-            self._inflight.append(job)
+            self._add_in_flight(job)
             if self.workers:
                 try:
                     self._dispatch(job)
@@ -96,30 +94,30 @@ class Loader(BatchIterator):
                     pass
 
     def _dispatch(self, job: Job) -> None:
-        """Send ``job`` to its worker: shards' descriptors it has not seen first, and images
+        """Send ``job`` to its worker: shards the workers were not handed yet first, and images
         as spans of them (the worker reads them); images held here as one message after."""
-        from multiprocessing.reduction import send_handle
-
         for sample in job.samples:
             shard = sample.file
-            if shard is not None and shard.id not in self._sent:
+            if shard is not None and shard.ident not in self._sent:
                 for conn, proc in zip(self._conns, self._procs, strict=True):
-                    conn.send(("fd", shard.id))
-                    send_handle(conn, shard.fd, proc.pid)
-                self._sent.add(shard.id)
+                    conn.send(protocol.OpenShard(shard.ident))
+                    shard.hand_to(conn, proc.pid)
+                self._sent.add(shard.ident)
         if self._closed:
-            gone = [i for i in self._closed if i in self._sent]
+            gone = tuple(i for i in self._closed if i in self._sent)
             self._sent.difference_update(gone)
             self._closed.clear()
             if gone:
                 for conn in self._conns:
-                    conn.send(("close", gone))
+                    conn.send(protocol.CloseShards(gone))
         held = [s.data for s in job.samples if s.file is None]
-        refs = [None if s.file is None else (s.file.id, *s.data) for s in job.samples]
+        refs = [None if s.file is None else protocol.ImageRef(s.file.ident, *s.data)
+                for s in job.samples]
         conn = self._conns[job.index % self.workers]
-        conn.send((job.index, job.index % len(self._slots), job.epoch_of,
-                   [s.key for s in job.samples], [s.shard for s in job.samples], refs,
-                   list(itertools.accumulate(map(len, held))) if held else None))
+        conn.send(protocol.Decode(
+            job.index, job.index % len(self._slots), job.epoch_of, [s.key for s in job.samples],
+            [s.shard for s in job.samples], refs,
+            list(itertools.accumulate(map(len, held))) if held else None))
         if held:
             conn.send_bytes(b"".join(held))
 
@@ -138,7 +136,7 @@ class Loader(BatchIterator):
             while not conn.poll(POLL_S):
                 if proc.poll() is not None:
                     raise EOFError
-            index, error = conn.recv()
+            done: protocol.Decoded = conn.recv()
         except (EOFError, OSError):
             if not check:
                 return
@@ -149,9 +147,9 @@ class Loader(BatchIterator):
             raise DataError(f"loader worker {w} (pid {proc.pid}) died ({how}) while decoding "
                             f"{first.shard}: sample {first.key!r} and {len(job.samples) - 1} "
                             "more") from None
-        if check and error:
-            raise DataError(error)
-        assert index == job.index, (index, job.index)
+        if check and done.error:
+            raise DataError(done.error)
+        assert done.batch == job.index, (done.batch, job.index)
 
     def _start(self, shape: tuple[int, ...]) -> None:
         from multiprocessing import shared_memory
@@ -173,7 +171,7 @@ class Loader(BatchIterator):
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env)
             theirs.close()
             conn = Connection(mine.detach())
-            conn.send((self._shm.name, shape, self.transform))
+            conn.send(protocol.Setup(self._shm.name, shape, self.transform))
             self._procs.append(proc)
             self._conns.append(conn)
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, self._shm)
@@ -185,7 +183,7 @@ class Loader(BatchIterator):
 def _stop(procs, conns, shm) -> None:
     for conn in conns:
         try:
-            conn.send(None)
+            conn.send(protocol.Stop())
             conn.close()
         except OSError:
             pass

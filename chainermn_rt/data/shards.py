@@ -206,18 +206,25 @@ def _open(path: str, buffering: int = 1 << 20) -> IO[bytes]:
 
 
 class ShardFile:
-    """A shard open for reading its images at their spans, by this process or by a worker it
-    hands the descriptor to (``fd``; ``id`` names it to them); closed when no sample of it is
-    left, then ``on_close(id)`` (e.g. to tell the workers)."""
+    """A shard open for reading its images at their spans, by this process or by another one
+    it is handed to (:meth:`hand_to`; ``ident`` names it there); closed when no sample of it is
+    left, then ``on_close(ident)`` (e.g. to tell those processes)."""
 
-    _ids = itertools.count()
+    _idents = itertools.count()
 
     def __init__(self, fd: int, path: str, on_close=None):
-        self.fd, self.path, self.id = fd, path, next(self._ids)
-        self._finalizer = weakref.finalize(self, _close, fd, self.id, on_close)
+        self._fd, self.path, self.ident = fd, path, next(self._idents)
+        self._finalizer = weakref.finalize(self, _close, fd, self.ident, on_close)
 
     def read(self, span: Span, key: str) -> bytes:
-        return pread(self.fd, span, self.path, key)
+        return pread(self._fd, span, self.path, key)
+
+    def hand_to(self, conn, pid: int) -> None:
+        """Give process ``pid`` a descriptor of its own over the socket ``conn`` (SCM_RIGHTS:
+        nothing is opened again)."""
+        from multiprocessing.reduction import send_handle
+
+        send_handle(conn, self._fd, pid)
 
 
 def _close(fd: int, ident: int, on_close) -> None:
@@ -240,7 +247,8 @@ def pread(fd: int, span: Span, path: str, key: str) -> bytes:
 
 def read_lazily(path: str, on_close=None) -> Iterator[Sample]:
     """The samples of the shard file ``path``, each image a :class:`Span` of a
-    :class:`ShardFile` (``Sample.file``) that stays open while any of its samples lives."""
+    :class:`ShardFile` (``Sample.file``) that stays open while any of its samples lives;
+    ``on_close(ident)`` once it is closed."""
     with _open(path, 8192) as f:  # the headers and labels between images, not the images
         shard = ShardFile(os.dup(f.fileno()), path, on_close)
         for sample in read(f, path, lazy=True):

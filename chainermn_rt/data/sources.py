@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from chainermn_rt.data import manifest as manifest_
 from chainermn_rt.data.shards import DataError, Sample, read_lazily
@@ -36,9 +37,31 @@ def _draw(seed: int, epoch: int, what: str) -> random.Random:
     return random.Random(f"{what}\0{seed}\0{epoch}")
 
 
-def staged(path: str | os.PathLike) -> Path:
-    """The node-local copy of ``path`` when the job staged it (``render --stage``), else it."""
-    return Path(local_path(str(path)))
+class Source(Protocol):
+    """What a loader reads (a :class:`ShardSource` or a :class:`FileSource`): this rank's
+    samples of an epoch, and how many. ``stream``'s ``on_close(ident)`` is told when a shard it
+    opened is closed (the last of its samples gone): a loader that hands shards to worker
+    processes tells them."""
+
+    train: bool
+    seed: int
+
+    @property
+    def classes(self) -> tuple[str, ...]: ...
+
+    @property
+    def total(self) -> int: ...
+
+    def length(self, epoch: int) -> int: ...
+
+    def stream(self, epoch: int, on_close: Callable[[int], None] | None = None
+               ) -> Iterator[Sample]: ...
+
+
+def is_shard_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path``, or the node-local copy the job staged of it, holds a manifest."""
+    local = Path(local_path(str(path)))  # the node-local copy when the job staged it
+    return (local / manifest_.NAME).exists() or (Path(path) / manifest_.NAME).exists()
 
 
 class ShardSource:
@@ -46,8 +69,7 @@ class ShardSource:
 
     def __init__(self, folder: str | os.PathLike, rank: int = 0, size: int = 1, *,
                  train: bool, seed: int = 0, buffer: int = 1000):
-        self.on_close = None  # set by a loader: told when a shard's last sample is gone
-        self.folder = staged(folder)
+        self.folder = Path(local_path(str(folder)))  # the job's staged copy, if any
         self.manifest = manifest_.load(self.folder)
         self.rank, self.size, self.train, self.seed, self.buffer = rank, size, train, seed, buffer
         n = len(self.manifest.shards)
@@ -78,30 +100,31 @@ class ShardSource:
         start, stop = split(self.manifest.count, self.rank, self.size)
         return stop - start
 
-    def stream(self, epoch: int) -> Iterator[Sample]:
-        """This rank's samples in ``epoch``."""
+    def stream(self, epoch: int, on_close: Callable[[int], None] | None = None
+               ) -> Iterator[Sample]:
+        """This rank's samples in ``epoch``; ``on_close(ident)`` as each shard is closed."""
         if self.train:
             rng = _draw(self.seed, epoch, f"buffer\0{self.rank}")
             own = [self.manifest.shards[i] for i in self.own_shards(epoch)]
-            return _shuffled(self._chain(own), rng, self.buffer)
-        return self._range(*split(self.manifest.count, self.rank, self.size))
+            return _shuffled(self._chain(own, on_close), rng, self.buffer)
+        return self._range(*split(self.manifest.count, self.rank, self.size), on_close)
 
-    def _chain(self, shards) -> Iterator[Sample]:
+    def _chain(self, shards, on_close) -> Iterator[Sample]:
         for shard in shards:
             path, n = str(self.folder / shard.name), 0
-            for sample in read_lazily(path, self.on_close):
+            for sample in read_lazily(path, on_close):
                 n += 1
                 yield sample
             if n != shard.count:
                 raise DataError(f"{path}: {n} samples; its manifest says {shard.count} (a "
                                 "damaged or replaced shard)")
 
-    def _range(self, start: int, stop: int) -> Iterator[Sample]:
+    def _range(self, start: int, stop: int, on_close) -> Iterator[Sample]:
         first = 0
         for shard in self.manifest.shards:
             end = first + shard.count
             if end > start and first < stop:
-                samples = read_lazily(str(self.folder / shard.name), self.on_close)
+                samples = read_lazily(str(self.folder / shard.name), on_close)
                 for i, sample in enumerate(samples, first):
                     if i >= stop:
                         break
@@ -149,7 +172,9 @@ class FileSource:
     def length(self, epoch: int) -> int:
         return len(self._mine(epoch))
 
-    def stream(self, epoch: int) -> Iterator[Sample]:
+    def stream(self, epoch: int, on_close: Callable[[int], None] | None = None
+               ) -> Iterator[Sample]:
+        """This rank's samples in ``epoch`` (``on_close``: unused, no file stays open)."""
         return (self._read(i) for i in self._mine(epoch))
 
     def _read(self, i: int) -> Sample:

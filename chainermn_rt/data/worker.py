@@ -3,13 +3,8 @@
 Started by :class:`chainermn_rt.data.loader.Loader` as a fresh interpreter
 (``python -m chainermn_rt.data.worker FD``), not forked: forking a rank after MPI and
 InfiniBand are up is unsafe, and multiprocessing's spawn and forkserver methods would import
-the training script again (and with it MPI). One thread each: ``OMP_NUM_THREADS=1``.
-Messages in: ``("fd", id)`` then a shard's descriptor (SCM_RIGHTS: nothing is opened again),
-``("close", ids)``, ``(batch, slot, epochs, keys, shards, refs, ends)`` (each sample's epoch: a
-batch may straddle two; ``refs[i]``: ``(id, offset, size)`` of an image the worker reads itself
-from a shard, or None for one that follows in the next message, the images held by the loader
-end to end at ``ends``), or None to end. Out:
-``(batch, None)`` when done, ``(batch, "one line")`` when a sample cannot be decoded.
+the training script again (and with it MPI). One thread each: ``OMP_NUM_THREADS=1``. The
+messages in and out: ``worker_protocol``.
 """
 
 from __future__ import annotations
@@ -21,6 +16,7 @@ import sys
 import numpy
 
 from chainermn_rt.data import jpeg
+from chainermn_rt.data import worker_protocol as protocol
 from chainermn_rt.data.shards import DataError, Span, pread
 
 SHM = "/dev/shm"
@@ -43,46 +39,54 @@ def decode_into(out: numpy.ndarray, samples, transform, epochs) -> None:
 
 
 def main(fd: int) -> None:
-    """Serve the loader on the socket ``fd``: first ``(shared memory name, slots' shape,
-    transform)``, then batches."""
+    """Serve the loader on the socket ``fd``: a ``Setup``, then its requests."""
     from multiprocessing.connection import Connection
     from multiprocessing.reduction import recv_handle
 
     conn = Connection(fd)
     try:
-        shm_name, shape, transform = conn.recv()
-        size = int(numpy.prod(shape))
-        with open(os.path.join(SHM, shm_name.lstrip("/")), "r+b") as f:
+        setup: protocol.Setup = conn.recv()
+        size = int(numpy.prod(setup.shape))
+        with open(os.path.join(SHM, setup.memory.lstrip("/")), "r+b") as f:
             memory = mmap.mmap(f.fileno(), size)
-        slots = numpy.ndarray(shape, numpy.uint8, memory)
-        files: dict[int, int] = {}  # the loader's id of a shard -> our descriptor of it
-        while (message := conn.recv()) is not None:
-            if message[0] == "fd":
-                files[message[1]] = recv_handle(conn)
-                continue
-            if message[0] == "close":
-                for ident in message[1]:
-                    os.close(files.pop(ident))
-                continue
-            batch, slot, epochs, keys, shards, refs, ends = message
-            # images held by the loader came end to end in one message: sliced, not copied
-            blob = memoryview(conn.recv_bytes()) if ends else None
-            samples, start = [], 0
-            for key, shard, ref, end in zip(keys, shards, refs, ends or [None] * len(keys),
-                                            strict=True):
-                if ref is None:
-                    data, start = blob[start:end], end
-                else:
-                    data = _reader(files[ref[0]], Span(*ref[1:]), shard, key)
-                samples.append((key, data, shard))
-            try:
-                decode_into(slots[slot], samples, transform, epochs)
-            except (jpeg.DecodeError, DataError) as err:
-                conn.send((batch, str(err)))
-            else:
-                conn.send((batch, None))
+        slots = numpy.ndarray(setup.shape, numpy.uint8, memory)
+        files: dict[int, int] = {}  # the loader's name of a shard -> our descriptor of it
+        while True:
+            match conn.recv():
+                case protocol.OpenShard(shard):
+                    files[shard] = recv_handle(conn)
+                case protocol.CloseShards(shards):
+                    for shard in shards:
+                        os.close(files.pop(shard))
+                case protocol.Decode() as job:
+                    conn.send(_decode(job, conn, files, slots, setup.transform))
+                case protocol.Stop():
+                    return
+                case other:
+                    raise TypeError(f"loader worker: {other!r} is no message of "
+                                    "worker_protocol")
     except (EOFError, KeyboardInterrupt, BrokenPipeError, ConnectionResetError):
         pass  # the loader has gone
+
+
+def _decode(job: protocol.Decode, conn, files: dict[int, int], slots: numpy.ndarray,
+            transform) -> protocol.Decoded:
+    """Decode ``job``'s images (``files``: the shards' descriptors) into its slot."""
+    # images held by the loader came end to end in one message: sliced, not copied
+    blob = memoryview(conn.recv_bytes()) if job.ends else None
+    samples, start = [], 0
+    for key, shard, ref, end in zip(job.keys, job.shards, job.refs,
+                                    job.ends or [None] * len(job.keys), strict=True):
+        if ref is None:
+            data, start = blob[start:end], end
+        else:
+            data = _reader(files[ref.shard], ref.span, shard, key)
+        samples.append((key, data, shard))
+    try:
+        decode_into(slots[job.slot], samples, transform, job.epochs)
+    except (jpeg.DecodeError, DataError) as err:
+        return protocol.Decoded(job.batch, str(err))
+    return protocol.Decoded(job.batch)
 
 
 def _reader(fd: int, span: Span, shard: str, key: str):

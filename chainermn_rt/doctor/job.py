@@ -23,9 +23,11 @@ from chainermn_rt.doctor.check import FAIL, PASS, Check
 from chainermn_rt.doctor.cluster import Expected, run_checks
 from chainermn_rt.doctor.reports import load_reports
 from chainermn_rt.errors import UserError
-from chainermn_rt.plan import Plan, Request, make_plan
-from chainermn_rt.site import Site, parse_time
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import Plan, make_plan
+from chainermn_rt.site import Site
 from chainermn_rt.slurm_client import FinalState
+from chainermn_rt.slurm_rules import parse_time
 
 PROBE = "chainermn_rt.doctor.probe"
 JOB_NAME = "chainermn-doctor"

@@ -31,7 +31,8 @@ from reframe.core.builtins import (
 from chainermn_rt.doctor.check import FAIL
 from chainermn_rt.doctor.cluster import BANDWIDTH_FACTOR
 from chainermn_rt.doctor.job import collect, doctor_plan, expected
-from chainermn_rt.plan import Plan, Request, make_plan
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import Plan, make_plan
 from chainermn_rt.reframe.jobs import job_fields
 from chainermn_rt.site import Site, load_site
 
@@ -46,7 +47,6 @@ class _ChainermnRtCheck(rfm.RunOnlyRegressionTest):
     num_nodes = variable(int, value=2)
     # GPUs (= ranks) per node on GPU partitions, ranks on CPU ones; None: every slot
     ranks_per_node = variable(int, type(None), value=None)
-    time_limit = "10m"
     maintainers = ["chainermn-rt"]
     tags = {"chainermn-rt"}
 
@@ -70,6 +70,7 @@ class _ChainermnRtCheck(rfm.RunOnlyRegressionTest):
         self.num_tasks = fields.num_tasks
         self.num_tasks_per_node = fields.num_tasks_per_node
         self.num_cpus_per_task = fields.num_cpus_per_task
+        self.time_limit = fields.time_limit
         self.executable = fields.executable
         if fields.gpus_per_node:
             self.extra_resources = {"gpus": {"num_gpus_per_node": fields.gpus_per_node}}

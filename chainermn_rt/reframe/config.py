@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
 from chainermn_rt.quoting import comment, python
 from chainermn_rt.site import Partition, Site
 
 SCHEDULERS = ("slurm", "squeue")
 ENVIRON = "chainermn-rt"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")  # ReFrame's system and partition names
+_STORAGE = re.compile(r"accounting_storage/[a-z0-9_]+\Z")  # Slurm's AccountingStorageType
 
 
 def _name(text: str, what: str) -> str:
@@ -54,12 +55,20 @@ def _partition(site: Site, p: Partition, scheduler: str, python: str | None) -> 
 
 def scheduler_for(slurm_config: dict[str, str]) -> str:
     """ReFrame's backend for a Slurm (``scontrol show config``): squeue without accounting.
+    EnvironmentProblem (exit 3) for an answer without Slurm's ``AccountingStorageType``, which
+    every Slurm prints: it is not Slurm's configuration.
 
     >>> scheduler_for({"AccountingStorageType": "accounting_storage/none"})
     'squeue'
     """
-    kind = slurm_config.get("AccountingStorageType", "accounting_storage/none")
-    return "squeue" if kind.endswith("/none") else "slurm"
+    kind = slurm_config.get("AccountingStorageType")
+    if kind is None or not _STORAGE.match(kind):
+        said = "no AccountingStorageType" if kind is None else \
+            f"AccountingStorageType={message_value(kind, 40)}"
+        raise EnvironmentProblem(f"scontrol show config: {said}, which Slurm always prints as "
+                                 "accounting_storage/NAME; run it where Slurm's scontrol reaches "
+                                 "the cluster, or give --scheduler slurm|squeue")
+    return "squeue" if kind == "accounting_storage/none" else "slurm"
 
 
 def ranks_python(site: Site, given: str | None, here: str) -> str | None:

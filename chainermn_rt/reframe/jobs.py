@@ -1,10 +1,13 @@
 """A job Plan as a ReFrame test's fields: what ReFrame's ``srun`` launcher and job script need.
 
->>> from chainermn_rt.plan import Request, make_plan
+>>> from chainermn_rt.job_request import Request
+>>> from chainermn_rt.plan import make_plan
 >>> from chainermn_rt.site import load_site
 >>> plan = make_plan(load_site("slurm/sites/sandbox.toml"),
 ...                  Request(nodes=2, gpus_per_node=2, python="py", command=("true",)))
 >>> fields = job_fields(plan)
+>>> fields.time_limit                     # the partition's limit, 00:30:00
+'1800s'
 >>> fields.launcher_options, fields.executable
 (('--mpi=pmix', '--cpu-bind=none', '--kill-on-bad-exit=1'), 'py -m chainermn_rt rank -- true')
 >>> fields.env_vars["CHAINERMN_RT_SLOTS"][:12]
@@ -30,12 +33,12 @@ from chainermn_rt.errors import UserError
 from chainermn_rt.plan import Plan
 from chainermn_rt.quoting import directive, sh, sh_join
 from chainermn_rt.render import render
+from chainermn_rt.sbatch_options import SHAPE_OPTIONS, STOP_OPTIONS
+from chainermn_rt.slurm_rules import parse_time
 
 # The Plan's #SBATCH options ReFrame writes itself, from the fields below, the partition's
 # access and the check's time limit; its checks are never requeued, so no stop options.
-REFRAME_WRITES = frozenset({"job-name", "partition", "nodes", "ntasks-per-node",
-                            "cpus-per-task", "gpus-per-node", "time", "output", "signal",
-                            "requeue", "open-mode"})
+REFRAME_WRITES = frozenset(SHAPE_OPTIONS + STOP_OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class JobFields:
     num_tasks_per_node: int
     num_cpus_per_task: int
     gpus_per_node: int
+    time_limit: str  # the Plan's, in ReFrame's form ("600s")
     launcher_options: tuple[str, ...]  # after ``srun``, shell words (ReFrame writes them as
     # they are)
     executable: str  # one shell word list: container argv, rank step, command
@@ -69,6 +73,7 @@ def job_fields(plan: Plan) -> JobFields:
     return JobFields(
         num_tasks=plan.world_size, num_tasks_per_node=plan.tasks_per_node,
         num_cpus_per_task=plan.cpus_per_task, gpus_per_node=plan.gpus_per_node,
+        time_limit=f"{parse_time(dict(plan.sbatch)['time'], 'time')}s",
         launcher_options=tuple(sh(option, "the srun options") for option in plan.launch[1:]),
         executable=sh_join([*plan.container, *plan.rank_step, *plan.command], "the command"),
         env_vars={name: sh(value, name) for name, value in plan.environment},

@@ -11,8 +11,8 @@ Commands reach it through :class:`chainermn_rt.submission.Cluster` for a profile
 ``[sandbox]`` table. See docs/sandbox.md.
 """
 
-from chainermn_rt.sandbox.cluster import Sandbox, SandboxError
+from chainermn_rt.sandbox.cluster import Sandbox, SandboxError, as_running
 from chainermn_rt.sandbox.settings import sandbox_settings
 from chainermn_rt.sandbox.status import Status
 
-__all__ = ["Sandbox", "SandboxError", "Status", "sandbox_settings"]
+__all__ = ["Sandbox", "SandboxError", "Status", "as_running", "sandbox_settings"]

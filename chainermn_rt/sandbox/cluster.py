@@ -25,7 +25,13 @@ from chainermn_rt.sandbox import accounting, daemons, netns, processes, scratch
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
 from chainermn_rt.sandbox.root import Root, ensure_root, load_pins
-from chainermn_rt.sandbox.settings import DEBIAN12, DEBIAN13, SandboxSettings, sandbox_settings
+from chainermn_rt.sandbox.settings import (
+    DEBIAN12,
+    DEBIAN13,
+    SandboxSettings,
+    sandbox_settings,
+    spanning,
+)
 from chainermn_rt.sandbox.stacks import FUSE, FUSE_NUMBERS, Launcher
 from chainermn_rt.sandbox.status import Status, leftovers, status
 from chainermn_rt.site import Site, load_site, resolve_site
@@ -95,6 +101,13 @@ class Sandbox:
             return json.loads((self.state_dir / RECORD).read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
+
+    def running_nodes(self) -> int | None:
+        """How many nodes the sandbox of this state folder runs (``up --nodes`` chose them);
+        None when it is not up."""
+        record = self._record()
+        nodes = record.get("nodes") if isinstance(record, dict) else None
+        return len(nodes) if isinstance(nodes, list) and nodes else None
 
     def daemons(self) -> dict[str, dict]:
         """The running sandbox's daemons as recorded: name -> pid, start time, argv."""
@@ -294,3 +307,13 @@ class Sandbox:
                 time.sleep(0.2)
         except subprocess.TimeoutExpired:
             pass
+
+
+def as_running(site: Site) -> Site:
+    """A sandbox profile as its running sandbox serves it: every partition with the sandbox's
+    node count (:func:`spanning`), so that ``submit --site sandbox --nodes 16`` after ``sandbox
+    up --nodes 16`` is allowed. Any other profile, or one whose sandbox is not up, as it is."""
+    if site.sandbox is None:
+        return site
+    nodes = Sandbox(site, sandbox_settings(site)).running_nodes()
+    return site if nodes is None else spanning(site, nodes)

@@ -15,7 +15,7 @@ import jinja2
 
 from chainermn_rt.quoting import sh, sh_join
 from chainermn_rt.sandbox import accounting, netns
-from chainermn_rt.sandbox.settings import SandboxSettings
+from chainermn_rt.sandbox.settings import SandboxSettings, spanning
 from chainermn_rt.sandbox.stacks import Launcher
 from chainermn_rt.site import Site, data_dir
 
@@ -64,10 +64,9 @@ def render_files(site: Site, settings: SandboxSettings, host_netns_inode: int = 
     gpu_type = next((p.gpu_type for p in site.partitions if p.gpu_type), None)
     gres = (f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}") if gpus else ""
     default = site.partition(None).name
-    partitions = [{"name": p.name, "nodes": node_list(names),
-                   "max_nodes": min(p.nodes, settings.nodes),
+    partitions = [{"name": p.name, "nodes": node_list(names), "max_nodes": p.nodes,
                    "max_time": p.max_time, "default": "YES" if p.name == default else "NO"}
-                  for p in site.partitions]
+                  for p in spanning(site, settings.nodes).partitions]
     memory = [p.memory_mb for p in site.partitions if p.memory_mb]
     values = {
         "site_path": str(site.path), "cluster": site.name, "state": str(settings.state_dir),

@@ -24,7 +24,11 @@ False
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # Open MPI's report of the crash, as the job's log shows it: the signal and the address.
 MARKS = ("Signal: Segmentation fault", "Failing at address: (nil)")
@@ -35,6 +39,23 @@ def crashed_at_start(text: str, started: str | None = None) -> bool:
     """``text`` (a job's log, a test's failure) shows the crash above, and not ``started``
     (when given): a line that the program prints once its ranks are past MPI's start-up."""
     return all(mark in text for mark in MARKS) and (started is None or started not in text)
+
+
+def launched(launch: Callable[[], T], crashed: Callable[[T], bool],
+             before_again: Callable[[T], object] = lambda result: None) -> list[T]:
+    """The policy: ``launch()``, and while its result ``crashed`` and AGAIN more tries are left,
+    ``before_again(result)`` and launch once more. Every result, in order: the last one is
+    the launch's outcome (it may still show the crash: the caller says what that means).
+
+    >>> results = iter(["crash", "ok"])
+    >>> launched(lambda: next(results), lambda r: r == "crash")
+    ['crash', 'ok']
+    """
+    results = [launch()]
+    while crashed(results[-1]) and len(results) <= AGAIN:
+        before_again(results[-1])
+        results.append(launch())
+    return results
 
 
 def once_more(job: str) -> str:

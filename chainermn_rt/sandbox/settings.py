@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chainermn_rt.errors import UserError
@@ -75,6 +75,18 @@ class SandboxSettings:
     def netns(self, role: str) -> str:
         """Name of a namespace the sandbox creates: role is ``head`` or ``nodeN``."""
         return f"{self.prefix}-{role}"
+
+
+def spanning(site: Site, nodes: int) -> Site:
+    """``site`` with every partition ``nodes`` nodes large: in a sandbox each partition spans
+    all its nodes (slurm.conf's ``Nodes=node[1-N] MaxNodes=N``), whatever count it was started
+    with (``sandbox up --nodes 16`` on a profile of 2-node partitions).
+
+    >>> from chainermn_rt.site import load_site, resolve_site
+    >>> [p.nodes for p in spanning(load_site(resolve_site("sandbox")), 16).partitions]
+    [16, 16]
+    """
+    return replace(site, partitions=tuple(replace(p, nodes=nodes) for p in site.partitions))
 
 
 def sandbox_settings(site: Site, nodes: int | None = None,

@@ -9,12 +9,15 @@ is :func:`chainermn_rt.site_init.profile.profile_text`.
 Everything Slurm and the nodes answer is untrusted: read bounded and decoded with
 replacement (:class:`~chainermn_rt.slurm_client.Slurm`), then checked field by field.
 
-Errors: an unknown partition, or an answer that is not what Slurm or the probe prints (a
-non-numeric ``CPUTot``, damaged lstopo XML, a driver file without ``Device Minor``), is a
-UserError naming the node and the field (exit 2); Slurm unreachable, a command that does not
-answer in time, a failed or cut-short step, or hwloc missing an EnvironmentProblem (3); a
-cluster no profile can describe (a partition of mixed node shapes, GPU counts that disagree,
-CPUs hwloc numbers past Slurm's CPUTot) JobFailed (1).
+Errors: only the person's input is a UserError (exit 2): an unknown ``--partition``. An answer
+that is not what Slurm or the probe prints (a non-numeric ``CPUTot``, a Gres past 64 GPUs,
+truncated or foreign lstopo XML, a driver file without ``Device Minor``, no MPI plugin from
+``srun --mpi=list``) is the environment's, as are Slurm unreachable, a command that does not
+answer in time, a failed or cut-short step and hwloc missing: EnvironmentProblem (3) naming the
+command, or the node and the field. Answers that are each sound but describe a cluster no
+profile can describe (a partition of mixed node shapes, a node Slurm's partition names but does
+not describe, GPU counts that disagree, CPUs hwloc numbers past Slurm's CPUTot) are a finding:
+JobFailed (1).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError, message_value
 from chainermn_rt.rank_contract import Slot
-from chainermn_rt.site import NAME, parse_time
+from chainermn_rt.site import NAME
 from chainermn_rt.site_init import hwloc, node_report, nvidia
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts
 from chainermn_rt.site_init.slots import cpu_list, gpu_slots
@@ -36,6 +39,7 @@ from chainermn_rt.slurm_records import (
     gres_gpu_type,
     gres_gpus,
 )
+from chainermn_rt.slurm_rules import parse_time
 
 PROBE_S = 600  # seconds the probe step may take, waiting for its node included
 UNLIMITED_AS = "365-00:00:00"  # a profile needs a max_time; Slurm's UNLIMITED becomes this
@@ -57,25 +61,27 @@ class Shape:
 
 
 def _shape(name: str, node: dict[str, str] | None) -> Shape:
-    """A node's CPUs, memory and Gres from ``scontrol show node``; UserError naming the node
-    and the field when one is missing, not a number, too large, or a Gres no node has."""
+    """A node's CPUs, memory and Gres from ``scontrol show node``; EnvironmentProblem naming
+    the node and the field when one is missing, not a number, too large, or a Gres no node has;
+    JobFailed for a node Slurm does not describe."""
     where = f"node {name}"
     if node is None:
-        raise UserError(f"{where}: in a partition's Nodes but not in scontrol show node; "
-                        "allowed: a node Slurm describes")
+        raise JobFailed(f"{where}: in a partition's Nodes but not in scontrol show node")
     gres = node.get("Gres", "")
     gres = "" if gres == "(null)" else gres
     try:
         gres_gpus(gres)
         kind = gres_gpu_type(gres)
     except ValueError as err:
-        raise UserError(f"{where}: Gres={message_value(gres)}: {err}") from None
+        raise EnvironmentProblem(f"{where}: Gres={message_value(gres)}: {err}") from None
     if kind is not None and not NAME.match(kind):
-        raise UserError(f"{where}: Gres={message_value(gres)}: GPU type "
-                        f"{message_value(kind)}; allowed: letters, digits, '.', '_', '-'")
+        raise EnvironmentProblem(f"{where}: Gres={message_value(gres)}: GPU type "
+                                 f"{message_value(kind)}; allowed: letters, digits, '.', '_', "
+                                 "'-'")
     cpus = whole(node, "CPUTot", MAX_CPUS_PER_NODE, where)
     if cpus == 0:
-        raise UserError(f"{where}: CPUTot=0; allowed: a whole number 1-{MAX_CPUS_PER_NODE}")
+        raise EnvironmentProblem(f"{where}: CPUTot=0; allowed: a whole number "
+                                 f"1-{MAX_CPUS_PER_NODE}")
     return Shape(cpus, whole(node, "RealMemory", MAX_MEMORY_MB, where), gres)
 
 
@@ -83,8 +89,9 @@ _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,253}\Z")  # a host name or an 
 
 
 def controller_address(conf: dict[str, str]) -> str:
-    """``SlurmctldHost[0] = head(10.0.0.1)`` -> ``10.0.0.1`` (else the host name); UserError
-    when it is not a host name or address.
+    """``SlurmctldHost[0] = head(10.0.0.1)`` -> ``10.0.0.1`` (else the host name);
+    EnvironmentProblem when it is not a host name or address (``scontrol show config`` answered
+    something that is not Slurm's configuration).
 
     >>> controller_address({"SlurmctldHost[0]": "head(10.0.0.1)"})
     '10.0.0.1'
@@ -93,8 +100,9 @@ def controller_address(conf: dict[str, str]) -> str:
     m = re.match(r"([^(]*)(?:\((.*)\))?", host)
     address = (m.group(2) or m.group(1)).strip()
     if not _HOST.match(address):
-        raise UserError(f"scontrol show config: SlurmctldHost[0]={message_value(host)}; "
-                        "allowed: a host name or an IP address, e.g. head(10.0.0.1)")
+        said = f"SlurmctldHost[0]={message_value(host)}" if host else "no SlurmctldHost[0]"
+        raise EnvironmentProblem(f"scontrol show config: {said}; allowed: a host name or an IP "
+                                 "address, e.g. head(10.0.0.1)")
     return address
 
 
@@ -116,7 +124,7 @@ def _probe(slurm: Slurm, partition: str, node: str, controller: str) -> node_rep
     except node_report.Unfinished as err:
         raise EnvironmentProblem(f"{node}: {err}") from None
     except ValueError as err:
-        raise UserError(f"{node}: the probe's answer: {err}") from None
+        raise EnvironmentProblem(f"{node}: the probe's answer: {err}") from None
 
 
 def _gpu_order(node: str, shape: Shape, report: node_report.NodeReport, topo: hwloc.Topology,
@@ -129,13 +137,14 @@ def _gpu_order(node: str, shape: Shape, report: node_report.NodeReport, topo: hw
             try:
                 minors.append(nvidia.read_information(text))
             except ValueError as err:
-                raise UserError(f"{node}: /proc/driver/nvidia/gpus/*/information (GPU file "
-                                f"{i + 1} of {len(report.nvidia_information)}): {err}") from None
+                raise EnvironmentProblem(
+                    f"{node}: /proc/driver/nvidia/gpus/*/information (GPU file {i + 1} of "
+                    f"{len(report.nvidia_information)}): {err}") from None
         for k, what in ((0, "PCI bus id"), (1, "device minor")):
             seen = [m[k] for m in minors]
             if len(set(seen)) != len(seen):
-                raise UserError(f"{node}: /proc/driver/nvidia/gpus/*/information: two GPUs "
-                                f"with one {what}; allowed: each GPU's own")
+                raise EnvironmentProblem(f"{node}: /proc/driver/nvidia/gpus/*/information: two"
+                                         f" GPUs with one {what}; allowed: each GPU's own")
         if len(minors) != want:
             raise JobFailed(f"{node}: Slurm has {want} GPUs (Gres={message_value(shape.gres)}), "
                             f"the NVIDIA driver lists {len(minors)}")
@@ -162,7 +171,7 @@ def _cross_check(node: str, report: node_report.NodeReport, made: list[Slot],
         try:
             said = nvidia.numa_affinity(row)
         except ValueError as err:
-            raise UserError(f"{node}: nvidia-smi topo -m: GPU{index}: {err}") from None
+            raise EnvironmentProblem(f"{node}: nvidia-smi topo -m: GPU{index}: {err}") from None
         if index < len(made) and said is not None and said != made[index].numa:
             warnings.append(f"{node}: GPU {index}: nvidia-smi topo -m says NUMA node {said}, "
                             f"hwloc {made[index].numa}")
@@ -176,10 +185,10 @@ def _topology(name: str, node: str, shape: Shape, report: node_report.NodeReport
     try:
         topo = hwloc.read(report.lstopo_xml)
     except ValueError as err:
-        raise UserError(f"{node}: {lstopo}: {err}") from None
+        raise EnvironmentProblem(f"{node}: {lstopo}: {err}") from None
     if not any(topo.numa.values()):
-        raise UserError(f"{node}: {lstopo}: no NUMA node with cores; allowed: the topology of "
-                        "the whole node (hwloc 2)")
+        raise EnvironmentProblem(f"{node}: {lstopo}: no NUMA node with cores; allowed: the "
+                                 "topology of the whole node (hwloc 2)")
     pus = sum(len(core) for cores in topo.numa.values() for core in cores)
     if pus != shape.cpus:
         warnings.append(f"{node}: Slurm has {shape.cpus} CPUs, hwloc sees {pus}")
@@ -224,19 +233,25 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
            ) -> tuple[Facts, list[str], list[str]]:
     """(facts, warnings, the Slurm steps run) for the partitions ``wanted``."""
     conf = config(slurm.output(["scontrol", "show", "config"]))
+    controller = controller_address(conf)
     cluster = conf.get("ClusterName", "cluster")
     if name is None and not NAME.match(cluster):
-        raise UserError(f"scontrol show config: ClusterName={message_value(cluster)}; allowed: "
-                        "letters, digits, '.', '_', '-' (or give --name)")
+        raise EnvironmentProblem(f"scontrol show config: ClusterName={message_value(cluster)}; "
+                                 "allowed: letters, digits, '.', '_', '-' (or give --name)")
     parts = slurm.listing("partition")
+    if not parts:
+        raise EnvironmentProblem("scontrol show partition -o: no PartitionName= record in its "
+                                 "answer; run it where Slurm's scontrol reaches the cluster")
     for p in wanted:
         if p not in parts:
             raise UserError(f"--partition: {p!r} is not a partition of this cluster; allowed: "
                             + ", ".join(message_value(k) for k in sorted(parts)))
     nodes = slurm.listing("node")
+    if not nodes:
+        raise EnvironmentProblem("scontrol show node -o: no NodeName= record in its answer; run "
+                                 "it where Slurm's scontrol reaches the cluster")
     plugins = slurm.mpi_plugins()
     pyxis = "--container-image" in slurm.run(["srun", "--help"], timeout=ANSWER_S).stdout
-    controller = controller_address(conf)
     warnings: list[str] = []
     steps: list[str] = []
     shapes: dict[Shape, TopologyFacts] = {}
@@ -246,8 +261,8 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
         record = parts[p]
         try:
             names = slurm.hostnames(record.get("Nodes", ""))
-        except UserError as err:
-            raise UserError(f"partition {p}: {err}") from None
+        except EnvironmentProblem as err:
+            raise EnvironmentProblem(f"partition {p}: {err}") from None
         if not names:
             raise JobFailed(f"partition {p}: it has no nodes")
         by_shape: dict[Shape, list[str]] = {}
@@ -269,7 +284,10 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
         if max_time.upper() in ("UNLIMITED", "INFINITE"):
             warnings.append(f"partition {p}: MaxTime is UNLIMITED; written as {UNLIMITED_AS}")
             max_time = UNLIMITED_AS
-        parse_time(max_time, f"partition {p}: MaxTime")
+        try:
+            parse_time(max_time, f"partition {p}: MaxTime")
+        except UserError as err:  # the rule is the profile's; the value came from Slurm
+            raise EnvironmentProblem(str(err)) from None
         partitions.append(PartitionFacts(
             p, record.get("Default", "NO") == "YES", len(names), max_time, shape.cpus,
             shape.memory_mb, gres_gpu_type(shape.gres), shapes[shape].name,

@@ -19,7 +19,6 @@ usable. :func:`check_set` says what is wrong with a set in one line naming the f
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.files import read_small, write_atomically
+from chainermn_rt.files import read_small, sha256_file, write_atomically
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -60,14 +59,6 @@ def iteration_of(name: str) -> int | None:
 
 def temp_dir(directory: Path, iteration: int) -> Path:
     return directory / f".{set_name(iteration)}.tmp"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fsync_dir(path: Path) -> None:
@@ -172,7 +163,7 @@ def check_file(path: Path, data: dict, rank: int) -> dict[str, Any]:
 
     name = rank_file(rank)
     try:
-        if sha256_of(path / name) != data["files"][name]:
+        if sha256_file(path / name) != data["files"][name]:
             raise _fail(path, name, "its sha256 differs from the manifest's (damaged or "
                         "truncated)", "the file as written")
         npz_layout(path / name)

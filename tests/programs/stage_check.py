@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from chainermn_rt.data import manifest
-from chainermn_rt.rank_contract import STAGE_DIR_VAR, STOP_DONE_SUFFIX, STOP_FILE_VAR
-from chainermn_rt.staging import local_path
+from chainermn_rt.rank_contract import STOP_DONE_SUFFIX, STOP_FILE_VAR
+from chainermn_rt.staging import STAGE_DIR_VAR, local_path
 
 
 def main() -> int:

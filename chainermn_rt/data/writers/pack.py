@@ -1,10 +1,13 @@
 """``chainermn-rt data pack SRC OUT``: a class-folder tree or ``PATH LABEL`` list of images into
 tar shards (``shards``' layout) with a ``manifest.json``.
 
-Samples are shuffled (``seed``) and dealt into shards of ``shard_size``, which worker threads
-build in parallel under ``OUT/.partial/``; a shard finished there is kept, so running the same
-command again after an interruption resumes. Only when every shard is done do they move into
-``OUT`` and the manifest is written, last: a folder with a manifest is complete.
+Samples are shuffled (``seed``) and dealt into shards of ``shard_size`` (the pack's
+:class:`Layout`), which worker threads build in parallel under ``OUT/.partial/``; a shard
+finished there is kept, so running the same command again after an interruption resumes. Only
+when every shard is done do they move into ``OUT`` and the manifest is written, last: a folder
+with a manifest is complete. (Not ``files.whole_folder``'s one rename of a new folder: the work
+must outlive an interrupted run where the next run finds it, in ``OUT`` itself, and ``OUT`` may
+be an empty folder someone made in a folder the packer cannot write to.)
 
 JPEGs are stored as they are (checked from their markers, not decoded: packing runs at the
 speed of ``tar``), unless ``short_side`` asks for smaller images or they are CMYK; other
@@ -33,12 +36,14 @@ from pathlib import Path
 
 from chainermn_rt.data import jpeg
 from chainermn_rt.data import manifest as manifest_
+from chainermn_rt.data.cpus import default_workers
 from chainermn_rt.data.shards import END, MAX_KEY_BYTES, member_parts
 from chainermn_rt.data.sources import IMAGE_SUFFIXES, parse_list
 from chainermn_rt.errors import UserError
-from chainermn_rt.files import write_atomically
+from chainermn_rt.files import sha256_file, write_atomically
 
 PARTIAL = ".partial"
+LAYOUT = "plan"  # in PARTIAL: the digest of the layout being built (another one is refused)
 SKIPPED = "skipped.txt"
 MAX_FILE_BYTES = 256 << 20
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -63,7 +68,9 @@ class Item:
 
 
 @dataclass
-class Plan:
+class Layout:
+    """What goes into the shards, in shard order, and what is wrong already."""
+
     items: list[Item]
     classes: tuple[str, ...]
     problems: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
@@ -76,7 +83,7 @@ class Result:
     resumed: int  # shards found done under .partial
 
 
-def plan(src: str, options: Options) -> Plan:
+def lay_out(src: str, options: Options) -> Layout:
     """The samples of ``src`` with their keys, in shard order, and what is wrong already."""
     path = Path(src)
     problems: list[tuple[str, str]] = []
@@ -116,7 +123,7 @@ def plan(src: str, options: Options) -> Plan:
         keys.add(key)
         items.append(Item(p, label, key))
     random.Random(options.seed).shuffle(items)
-    return Plan(items, tuple(classes), problems)
+    return Layout(items, tuple(classes), problems)
 
 
 def _clean_key(key: str) -> str:
@@ -310,21 +317,17 @@ def _done_before(partial: Path, index: int) -> dict | None:
     name = manifest_.shard_name(index)
     try:
         record = json.loads((partial / f"{name}.json").read_text())
-        if record["count"]:
-            digest = hashlib.sha256()
-            with open(partial / name, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    digest.update(chunk)
-            if digest.hexdigest() != record["sha256"]:
-                return None
+        if record["count"] and sha256_file(partial / name) != record["sha256"]:
+            return None
         return record
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _plan_digest(src: str, p: Plan, options: Options) -> str:
-    digest = hashlib.sha256(json.dumps([os.path.abspath(src), vars(options), p.classes]).encode())
-    for item in p.items:
+def _layout_digest(src: str, layout: Layout, options: Options) -> str:
+    digest = hashlib.sha256(json.dumps([os.path.abspath(src), vars(options),
+                                        layout.classes]).encode())
+    for item in layout.items:
         digest.update(f"{item.path}\0{item.label}\0{item.key}\n".encode("utf-8",
                                                                        "surrogateescape"))
     return digest.hexdigest()
@@ -343,21 +346,21 @@ def pack(src: str, out: str, options: Options, workers: int = 1,
     if out_path.exists() and (not out_path.is_dir() or any(
             p.name != PARTIAL for p in out_path.iterdir())):
         raise UserError(f"OUT: {out} is not an empty folder; allowed: a new or empty folder")
-    p = plan(src, options)
-    if not p.items:
+    layout = lay_out(src, options)
+    if not layout.items:
         raise UserError(f"SRC: {src!r} holds no usable images")
     created = not out_path.exists()
     partial = out_path / PARTIAL
     partial.mkdir(parents=True, exist_ok=True)
-    digest = _plan_digest(src, p, options)
-    plan_file = partial / "plan"
-    if plan_file.exists() and plan_file.read_text().strip() != digest:
+    digest = _layout_digest(src, layout, options)
+    layout_file = partial / LAYOUT
+    if layout_file.exists() and layout_file.read_text().strip() != digest:
         raise UserError(f"OUT: {out} holds an interrupted pack of other data or options; "
                         "allowed: the same SRC and options (to resume), or an empty folder")
-    write_atomically(plan_file, lambda f: f.write(digest + "\n"))
+    write_atomically(layout_file, lambda f: f.write(digest + "\n"))
 
-    n, total, done = options.shard_size, len(p.items), 0
-    chunks = [p.items[i:i + n] for i in range(0, len(p.items), n)]
+    n, total, done = options.shard_size, len(layout.items), 0
+    chunks = [layout.items[i:i + n] for i in range(0, len(layout.items), n)]
     records, todo = {}, []
     for index, items in enumerate(chunks):
         record = _done_before(partial, index)
@@ -369,7 +372,7 @@ def pack(src: str, out: str, options: Options, workers: int = 1,
     if progress:
         progress(done, total)
     resumed = len(records)
-    problems = list(p.problems)
+    problems = list(layout.problems)
     if report:
         for path, why in problems:
             report(path, why)
@@ -388,15 +391,14 @@ def pack(src: str, out: str, options: Options, workers: int = 1,
         shutil.rmtree(out_path if created else partial)
         raise UserError(f"SRC: {len(problems)} file(s) cannot be packed (listed above); "
                         "allowed: without --strict they are skipped and listed")
-    return _finish(out_path, partial, p, records, problems, options, resumed)
+    return _finish(out_path, partial, layout, records, problems, options, resumed)
 
 
-def default_workers(options: Options) -> int:
+def default_builders(options: Options) -> int:
     """Shards built at once: one per CPU when images are re-encoded (the codecs keep a core
     busy), else one per two CPUs (a shard's reading, hashing and writing threads keep about two
     busy: measured, two at once on 2 CPUs pack 0.75x tar's rate, one 0.87x; bench/RESULTS.md)."""
-    cpus = len(os.sched_getaffinity(0))
-    return cpus if options.short_side else max(1, cpus // 2)
+    return default_workers(each=1 if options.short_side else 2, least=1)
 
 
 def _run(todo: list, workers: int):
@@ -417,15 +419,15 @@ def _run(todo: list, workers: int):
                 future.cancel()
 
 
-def _finish(out_path: Path, partial: Path, p: Plan, records: dict, problems, options: Options,
-            resumed: int) -> Result:
+def _finish(out_path: Path, partial: Path, layout: Layout, records: dict, problems,
+            options: Options, resumed: int) -> Result:
     shards = []
     for index in sorted(records):
         r = records[index]
         if r["count"]:
             os.replace(partial / r["name"], out_path / r["name"])
             shards.append(manifest_.Shard(r["name"], r["count"], r["bytes"], r["sha256"]))
-    m = manifest_.Manifest(p.classes, options.short_side, tuple(shards))
+    m = manifest_.Manifest(layout.classes, options.short_side, tuple(shards))
     if problems:
         write_atomically(out_path / SKIPPED,
                          lambda f: f.writelines(f"{path}\t{why}\n" for path, why in problems))

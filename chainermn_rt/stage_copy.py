@@ -1,4 +1,5 @@
-"""``chainermn-rt data stage``: copy a folder to node-local storage, whole or not at all.
+"""Staging's copy step (``chainermn-rt data stage``): a folder copied to node-local storage,
+whole or not at all.
 
 A folder of shards (it holds ``manifest.json``) is copied as the manifest lists it: exactly its
 shards and the manifest, each shard's size and sha256 checked while it is copied (one read of
@@ -10,14 +11,14 @@ absent; a DEST already complete (the same node staged twice) is left alone.
 >>> top = Path(tempfile.mkdtemp())
 >>> (top / "src" / "a").mkdir(parents=True)
 >>> _ = (top / "src" / "a" / "x.txt").write_text("data")
->>> stage(top / "src", top / "dest").files, (top / "dest" / "a" / "x.txt").read_text()
+>>> copy_folder(top / "src", top / "dest").files, (top / "dest" / "a" / "x.txt").read_text()
 (1, 'data')
->>> stage(top / "src", top / "dest").already
+>>> copy_folder(top / "src", top / "dest").already
 True
 
-In a job (``--job``) the sources and the node-local folder come from the job script's
-variables (chainermn_rt.staging), copy i going to ``STAGE_DIR/<i>``; first the folders that
-jobs Slurm no longer lists left in the same local_scratch are removed (:func:`sweep`).
+In a job (:func:`copy_step`, ``data stage --job``) the sources and the node-local folder come
+from the job script's variables (chainermn_rt.staging); first the folders that jobs Slurm no
+longer lists left in the same local_scratch are removed (:func:`sweep`).
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import shutil
 import socket
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -38,15 +37,14 @@ from pathlib import Path
 
 from chainermn_rt.data import manifest as manifests
 from chainermn_rt.errors import EnvironmentProblem, UserError
-from chainermn_rt.rank_contract import STAGE_FOLDER_PREFIX, STAGE_LIVE_JOBS_VAR
-from chainermn_rt.staging import staged
+from chainermn_rt.files import whole_folder
+from chainermn_rt.staging import STAGE_LIVE_JOBS_VAR, job_of, staged_job
 
 BUFFER = 1 << 20  # read, hash and write in 1 MiB pieces: it stays in the core's cache
 MAX_WORKERS = 4  # files copied at once (sha256 runs without the GIL)
 # A stage folder changed this recently is never swept: its job may have started after Slurm
 # listed the user's jobs (the copy step starts seconds after the list is made).
 STALE_AFTER_S = 600
-_JOB_FOLDER = re.compile(re.escape(STAGE_FOLDER_PREFIX) + r"([0-9]+)\Z")
 _PARTIAL = ".partial-"
 
 
@@ -75,7 +73,7 @@ class _Item:
     shard: manifests.Shard | None = None
 
 
-def stage(src: Path, dest: Path, replace_incomplete: bool = False) -> Copied:
+def copy_folder(src: Path, dest: Path, replace_incomplete: bool = False) -> Copied:
     """Copy the folder ``src`` to ``dest`` whole or not at all. A ``dest`` that is already a
     complete copy is left alone; an incomplete one is a UserError, or is replaced when
     ``replace_incomplete`` (a job's own stage folder). UserError (exit 2) for a bad source (a
@@ -103,27 +101,19 @@ def stage(src: Path, dest: Path, replace_incomplete: bool = False) -> Copied:
                                  f"{socket.gethostname()}, {src} needs {needed / 1e9:.2f} GB")
     started = time.monotonic()
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_PARTIAL}", dir=dest.parent))
-    except OSError as err:
-        raise _write_error(dest.parent, err) from None
-    try:
-        _copy_all(src, tmp, items)
-        if manifest is not None:  # last, and only the manifest that was checked
-            _copy_file(src / manifests.NAME, tmp / manifests.NAME,
-                       memoryview(bytearray(BUFFER)))
-            if manifests.load(tmp, "SRC") != manifest:
-                raise UserError(f"SRC: {src / manifests.NAME} changed while it was staged; "
-                                "allowed: a folder no one writes to (stage it again)")
-        try:
-            os.rename(tmp, dest)
-        except OSError as err:
-            if not _complete(dest, manifest):  # not another stager that finished first
-                raise _write_error(dest, err) from None
-            shutil.rmtree(tmp)
+        with whole_folder(dest, mark=_PARTIAL) as tmp:
+            _copy_all(src, tmp, items)
+            if manifest is not None:  # last, and only the manifest that was checked
+                _copy_file(src / manifests.NAME, tmp / manifests.NAME,
+                           memoryview(bytearray(BUFFER)))
+                if manifests.load(tmp, "SRC") != manifest:
+                    raise UserError(f"SRC: {src / manifests.NAME} changed while it was "
+                                    "staged; allowed: a folder no one writes to (stage it "
+                                    "again)")
+    except OSError as err:  # making the hidden folder, or renaming it into place
+        if _complete(dest, manifest):  # another stager of the same node finished first
             return Copied(0, 0, 0.0, already=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise _write_error(dest.parent, err) from None
     return Copied(len([i for i in items if i.kind == "file"]) + (manifest is not None),
                   needed, time.monotonic() - started)
 
@@ -355,8 +345,8 @@ def sweep(scratch: Path, live: set[str] | None, own: str,
     except OSError:
         return []
     for entry in sorted(entries, key=lambda e: e.name):
-        m = _JOB_FOLDER.match(entry.name)
-        if not m or entry.name == own or m.group(1) in live:
+        job = job_of(entry.name)
+        if job is None or entry.name == own or job in live:
             continue
         try:
             info = entry.stat(follow_symlinks=False)
@@ -366,10 +356,10 @@ def sweep(scratch: Path, live: set[str] | None, own: str,
                 now - info.st_mtime < STALE_AFTER_S:
             continue
         if _remove(entry.path):
-            lines.append(f"removed {entry.path}, left by job {m.group(1)}, which Slurm no "
+            lines.append(f"removed {entry.path}, left by job {job}, which Slurm no "
                          "longer lists")
         else:
-            lines.append(f"could not remove all of {entry.path} (left by job {m.group(1)})")
+            lines.append(f"could not remove all of {entry.path} (left by job {job})")
     return lines
 
 
@@ -398,19 +388,20 @@ def own_folder(folder: Path) -> None:
                                  "must be a folder on every node of the partition") from None
 
 
-def stage_job(environ: Mapping[str, str] | None = None,
+def copy_step(environ: Mapping[str, str] | None = None,
               say: Callable[[str], None] = print) -> None:
-    """The job script's copy step on one node: sweep, then copy source i to STAGE_DIR/<i>."""
+    """The job script's copy step on one node: sweep, then copy each staged folder to its
+    place (staging.copy_of)."""
     env = os.environ if environ is None else environ
-    job = staged(env)
+    job = staged_job(env)
     if job is None:
         raise UserError("--job: the job script's staging variables are not set; allowed: "
                         "--job in a job script rendered with --stage (else: SRC DEST)")
-    folder, sources = Path(job[0]), job[1]
+    folder = Path(job.folder)
     host = socket.gethostname()
     for line in sweep(folder.parent, live_jobs(env), folder.name):
         say(f"chainermn-rt data stage: {host}: {line}")
     own_folder(folder)
-    for i, source in enumerate(sources):
-        copied = stage(Path(source), folder / str(i), replace_incomplete=True)
-        say(f"chainermn-rt data stage: {host}: {source} -> {folder / str(i)}: {copied}")
+    for i, source in enumerate(job.sources):
+        copied = copy_folder(Path(source), Path(job.copy(i)), replace_incomplete=True)
+        say(f"chainermn-rt data stage: {host}: {source} -> {job.copy(i)}: {copied}")
