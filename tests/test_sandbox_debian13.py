@@ -147,3 +147,18 @@ def test_cli_an_unknown_stack_is_one_line_and_starts_nothing(tmp_path):
         "chainermn-rt sandbox: error: --stack: invalid choice: 'debian11' (choose from "
         "'debian12', 'debian13')"]
     assert not (tmp_path / "state").exists()
+
+
+def test_site_init_profiles_slurm_24_11_and_site_check_live_agrees(sandbox_debian13, tmp_path):
+    out = tmp_path / "found.toml"
+    init = subprocess.run([PYTHON, "-m", "chainermn_rt", "site", "init", "--partition", "gpu",
+                           "--output", str(out)], env=sandbox_debian13.env(),
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert init.returncode == 0, init.stdout + init.stderr
+    text = out.read_text()
+    assert "# srun --mpi=list: none, pmix, cray_shasta, pmi2" in text  # 24.11's order
+    assert "found: apptainer, singularity" in text  # the root's nodes have Apptainer
+    live = subprocess.run([PYTHON, "-m", "chainermn_rt", "site", "check", str(out), "--live"],
+                          env=sandbox_debian13.env(), capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert live.stdout.splitlines()[-1] == "live: matches the cluster", live.stdout + live.stderr
