@@ -13,13 +13,13 @@ Example::
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from chainermn_rt.sandbox.debian import find_mirror
 from containers.dockerd import Dockerd
 from containers.versions import load
 
@@ -27,33 +27,13 @@ APT = Path("/etc/apt")
 
 
 def mirror_from_apt(apt: Path = APT, suite: str = "bookworm") -> str:
-    """The first ``deb`` URI that serves ``suite`` in apt's sources (deb822 or one-line form).
-
-    >>> import pathlib, tempfile
-    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "sources.list.d").mkdir()
-    >>> line = "deb [arch=amd64] http://m.example/debian bookworm main\\n"
-    >>> _ = (d / "sources.list").write_text(line)
-    >>> mirror_from_apt(d)
-    'http://m.example/debian'
-    """
-    for path in sorted((apt / "sources.list.d").glob("*.sources")):
-        for para in path.read_text().split("\n\n"):
-            fields = {}
-            for line in para.splitlines():
-                if ":" in line and not line.startswith(("#", " ")):
-                    key, value = line.split(":", 1)
-                    fields[key.strip().lower()] = value.split()
-            if "deb" in fields.get("types", []) and suite in fields.get("suites", []):
-                return fields["uris"][0].rstrip("/")
-    lists = [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*.list"))]
-    for path in lists:
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines():
-            words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
-            if len(words) >= 3 and words[0] == "deb" and words[2] == suite:
-                return words[1].rstrip("/")
-    raise RuntimeError(f"no 'deb' source for {suite} in {apt}/sources.list(.d): cannot debootstrap")
+    """The first ``deb`` URI that serves ``suite`` in apt's sources (deb822 or one-line form):
+    chainermn_rt.sandbox.debian.find_mirror, which the sandbox's Debian 13 root uses too."""
+    found = find_mirror(apt, suite)
+    if found is None:
+        raise RuntimeError(f"no 'deb' source for {suite} in {apt}/sources.list(.d): cannot "
+                           "debootstrap")
+    return found
 
 
 def make_base(image: str, suite: str, engine: Dockerd) -> None:

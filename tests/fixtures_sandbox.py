@@ -14,12 +14,15 @@ Failing to start fails the test, never skips.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.sandbox import Sandbox, SandboxError
+from chainermn_rt.sandbox.root import Root, ensure_root
 
 from conftest import require_commands
 
@@ -71,3 +74,43 @@ def sandbox_dgx16(tmp_path_factory):
         pytest.fail(f"the 16-node sandbox did not start: {err}", pytrace=False)
     yield sb
     sb.down()
+
+
+@pytest.fixture(scope="session")
+def debian13_root() -> Root:
+    """The Debian 13 root (chainermn_rt/sandbox/root.py) in this machine's cache: built the
+    first time (about a minute), checked against its pins after. Not built: the test fails."""
+    try:
+        return ensure_root()
+    except EnvironmentProblem as err:
+        pytest.fail(f"the Debian 13 root is not there and could not be built: {err}",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def sandbox_debian13(debian13_root):
+    """The sandbox on the debian13 stack (Slurm 24.11, PMIx 5, Open MPI 5, Apptainer 1.4.5 from
+    the Debian 13 root), one for the session, in a state folder of its own beside the
+    ``sandbox`` fixture's: in /tmp, searchable by the root's unprivileged user, whose jobs need
+    its munge socket (pytest's own folders are root's only)."""
+    require_commands("ip", "nsenter", "unshare")
+    folder = Path(tempfile.mkdtemp(prefix="chainermn-rt-debian13-"))
+    folder.chmod(0o755)
+    sb = Sandbox.from_profile(state_dir=folder / "state", stack="debian13")
+    try:
+        sb.up()
+    except SandboxError as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.fail(f"the debian13 sandbox did not start: {err}", pytrace=False)
+    yield sb
+    sb.down()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def user_folder(sb: Sandbox, name: str) -> Path:
+    """A folder in the sandbox's state folder that the root's unprivileged user can read and
+    write (the sandbox removes it with its state folder)."""
+    path = sb.state_dir / "jobs" / name
+    path.mkdir(mode=0o777, exist_ok=True)
+    path.chmod(0o777)
+    return path

@@ -24,7 +24,15 @@ from chainermn_rt.errors import EnvironmentProblem, UserError
 from chainermn_rt.sandbox import accounting, daemons, netns, processes, scratch
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
-from chainermn_rt.sandbox.settings import SandboxSettings, sandbox_settings, spanning
+from chainermn_rt.sandbox.root import Root, ensure_root, load_pins
+from chainermn_rt.sandbox.settings import (
+    DEBIAN12,
+    DEBIAN13,
+    SandboxSettings,
+    sandbox_settings,
+    spanning,
+)
+from chainermn_rt.sandbox.stacks import FUSE, FUSE_NUMBERS, Launcher
 from chainermn_rt.sandbox.status import Status, leftovers, status
 from chainermn_rt.site import Site, load_site, resolve_site
 from chainermn_rt.slurm_client import FinalState, Slurm
@@ -49,9 +57,16 @@ class Sandbox:
 
     @classmethod
     def from_profile(cls, site: str | Path = "sandbox", nodes: int | None = None,
-                     state_dir: str | Path | None = None) -> Sandbox:
+                     state_dir: str | Path | None = None, stack: str | None = None) -> Sandbox:
+        """``stack`` None: the stack of the sandbox up in the state folder, else the default."""
         loaded = load_site(resolve_site(str(site)), "--site")
-        return cls(loaded, sandbox_settings(loaded, nodes=nodes, state_dir=state_dir))
+        settings = sandbox_settings(loaded, nodes=nodes, state_dir=state_dir, stack=stack)
+        if stack is None:
+            recorded = cls(loaded, settings)._record()
+            if recorded and recorded.get("stack", settings.stack) != settings.stack:
+                settings = sandbox_settings(loaded, nodes=nodes, state_dir=state_dir,
+                                            stack=recorded["stack"])
+        return cls(loaded, settings)
 
     @property
     def state_dir(self) -> Path:
@@ -107,12 +122,20 @@ class Sandbox:
     def status(self) -> Status:
         return status(self.settings, self._record(), self.slurm)
 
-    def up(self) -> str:
+    def launcher(self, record: dict | None = None) -> Launcher:
+        """The stack's command lines; the root as recorded by ``up`` (``record``), else none."""
+        record = record if record is not None else self._record()
+        folder = (record or {}).get("root")
+        return Launcher(self.settings, Root(Path(folder), load_pins()) if folder else None)
+
+    def up(self, say=lambda line: None) -> str:
         """Start the sandbox (idempotent); what a sandbox that ended without ``down`` left is
-        cleared first. Returns the status's text."""
+        cleared first; one up on another stack is brought down. ``say``: progress lines (the
+        Debian 13 root's first build). Returns the status's text."""
         notes = []
-        if self._record() is not None:
-            if self.status().up:
+        record = self._record()
+        if record is not None:
+            if record.get("stack", DEBIAN12) == self.settings.stack and self.status().up:
                 return f"sandbox already up, {self.state_dir}"
             notes.append(self.down())
         else:
@@ -120,35 +143,53 @@ class Sandbox:
             if left:
                 self._clear(left)
                 notes.append(f"cleared what a sandbox left without `down`: {left}")
-        tools = daemons.TOOLS + (accounting.TOOLS if self.settings.accounting else ())
+        in_root = self.settings.stack == DEBIAN13
+        tools = daemons.HOST_TOOLS if in_root else \
+            daemons.TOOLS + (accounting.TOOLS if self.settings.accounting else ())
         missing = [t for t in tools
                    if shutil.which(t, path="/usr/sbin:/usr/bin:" + os.environ.get("PATH", ""))
                    is None]
         if missing:
             raise SandboxError(f"not installed: {', '.join(missing)}; run `make setup`")
+        root = ensure_root(say=say) if in_root else None
         scratch.check(self.settings)
         if self.settings.accounting:
             accounting.account_of(self.site)  # a bad account or QOS: refused before any start
         self._fresh_state_dir()
         scratch.make(self.settings)
-        record = {"nodes": self.settings.node_names(), "procs": {}, "site": str(self.site.path)}
+        record = {"nodes": self.settings.node_names(), "procs": {}, "site": str(self.site.path),
+                  "stack": self.settings.stack}
+        if root is not None:
+            record["root"] = str(root.folder)
         self._save(record)
+        launch = self.launcher(record)
         try:
             try:
                 netns.create(self.settings)
             except netns.NetworkError as err:
                 raise SandboxError(f"network namespaces could not be made ({err}); the sandbox "
                                    "needs root with CAP_SYS_ADMIN") from None
-            self._write_files()
+            self._write_files(launch)
             try:
                 daemons.start_all(self.settings, self.slurm, record["procs"],
-                                  lambda: self._save(record))
+                                  lambda: self._save(record), launch)
             except daemons.StartError as err:
                 raise SandboxError(str(err)) from None
         except BaseException:
             self.down()
             raise
-        return "\n".join([*notes, str(self.status())])
+        return "\n".join([*notes, str(self.status()), *self._unreachable(launch)])
+
+    def _unreachable(self, launch: Launcher) -> list[str]:
+        """A note when the root's unprivileged user cannot reach the state folder (munge's
+        socket, the jobs folder): its jobs would fail."""
+        if launch.root is None:
+            return []
+        closed = [p for p in (self.state_dir, *self.state_dir.parents)
+                  if not p.stat().st_mode & 0o001]
+        user = launch.root.pins.user
+        return [f"  note: {closed[-1]} is not searchable by other users: jobs run as {user} "
+                "cannot reach the sandbox's munge socket"] if closed else []
 
     def _fresh_state_dir(self) -> None:
         state = self.state_dir
@@ -166,10 +207,12 @@ class Sandbox:
         for rel, data in kept.items():
             (state / rel).write_bytes(data)
         os.chmod(state / "munge", 0o755)  # munged: its socket folder must be searchable
+        os.chmod(state / "jobs", 0o1777)  # as /tmp: jobs of any user write their output there
 
-    def _write_files(self) -> None:
+    def _write_files(self, launch: Launcher) -> None:
         inode = processes.netns_inode("/proc/self/ns/net") or 0
-        for rel, text in render_files(self.site, self.settings, inode).items():
+        users = (launch.root.pins.user,) if launch.root else ()
+        for rel, text in render_files(self.site, self.settings, inode, launch, users).items():
             path = self.state_dir / rel
             path.write_text(text)
             if rel.startswith("bin/") or rel.endswith(".sh"):
@@ -182,6 +225,10 @@ class Sandbox:
                 os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))  # a character device: /dev/null
             except PermissionError:
                 dev.touch()  # slurmd only needs the path to exist
+        if launch.root and Path("/dev/fuse").exists():
+            # the root's users mount SIFs with squashfuse: a node of their own, the host's stays
+            os.mknod(self.state_dir / FUSE, 0o666 | 0o020000, os.makedev(*FUSE_NUMBERS))
+            os.chmod(self.state_dir / FUSE, 0o666)
         key = self.state_dir / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o600)
@@ -231,7 +278,7 @@ class Sandbox:
             raise SandboxError("sandbox not up; run `chainermn-rt sandbox up`")
         env = {**self.slurm.env, daemons.MARKER_VAR: str(self.state_dir)}
         record["procs"][f"slurmd-{node}"] = processes.spawn(
-            daemons.slurmd_argv(self.settings, node),
+            daemons.slurmd_argv(self.settings, node, self.launcher(record)),
             self.state_dir / "log" / f"slurmd-{node}.out", env)
         self._save(record)
         deadline = time.monotonic() + timeout

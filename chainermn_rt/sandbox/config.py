@@ -11,13 +11,12 @@
 
 from __future__ import annotations
 
-import shutil
-
 import jinja2
 
-from chainermn_rt.quoting import sh
+from chainermn_rt.quoting import sh, sh_join
 from chainermn_rt.sandbox import accounting, netns
 from chainermn_rt.sandbox.settings import SandboxSettings, spanning
+from chainermn_rt.sandbox.stacks import Launcher
 from chainermn_rt.site import Site, data_dir
 
 # Client commands get a wrapper in STATE/bin that finds the sandbox's controller.
@@ -53,9 +52,11 @@ def task_exports(settings: SandboxSettings) -> dict[str, str]:
     return exports
 
 
-def render_files(site: Site, settings: SandboxSettings,
-                 host_netns_inode: int = 0) -> dict[str, str]:
-    """Every generated file, keyed by its path relative to the state folder."""
+def render_files(site: Site, settings: SandboxSettings, host_netns_inode: int = 0,
+                 launch: Launcher | None = None, users: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every generated file, keyed by its path relative to the state folder. ``launch``: the
+    stack's (default the host's own); ``users``: besides root, in the account."""
+    launch = launch or Launcher(settings)
     names = settings.node_names()
     nodes = [{"name": n, "addr": str(settings.node_address(i))}
              for i, n in enumerate(names, start=1)]
@@ -84,11 +85,11 @@ def render_files(site: Site, settings: SandboxSettings,
     files["env.sh"] = env.get_template("env.sh.j2").render(values)
     if settings.accounting:
         files["etc/slurmdbd.conf"] = env.get_template("slurmdbd.conf.j2").render(values)
-        files["etc/accounts.cfg"] = accounting.load_file(site)
+        files["etc/accounts.cfg"] = accounting.load_file(site, users)
         files["etc/accounts.sacctmgr"] = accounting.sacctmgr_commands(site)
+    enter = sh_join(launch.client(), "the sandbox's root")
     for command in CLIENTS:
-        path = shutil.which(command, path="/usr/bin:/usr/local/bin:/bin") or f"/usr/bin/{command}"
         files[f"bin/{command}"] = env.get_template("client.sh.j2").render(
-            values, command=command, path=path,
+            values, command=command, path=launch.program(command), enter=enter,
             netns=str(netns.path(settings.netns(netns.HEAD))), host_netns_inode=host_netns_inode)
     return files

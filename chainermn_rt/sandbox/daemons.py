@@ -12,15 +12,15 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from chainermn_rt.sandbox import accounting, netns, processes, scratch
+from chainermn_rt.sandbox import accounting, processes
 from chainermn_rt.sandbox.settings import SandboxSettings
+from chainermn_rt.sandbox.stacks import Launcher
 from chainermn_rt.slurm_client import Slurm
 
 MARKER_VAR = "CHAINERMN_RT_SANDBOX_DAEMON"  # in the daemons' environment: finds their leftovers
 START_TIMEOUT = 60.0
-MOUNT_HOSTS = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
-SET_HOSTNAME = 'hostname "$0" && exec "$@"'
-TOOLS = ("munged", "slurmctld", "slurmd", "ip", "nsenter", "unshare")  # and accounting.TOOLS
+HOST_TOOLS = ("ip", "nsenter", "unshare")  # every stack's, on the host
+TOOLS = ("munged", "slurmctld", "slurmd", *HOST_TOOLS)  # debian12's (and accounting.TOOLS)
 
 
 class StartError(RuntimeError):
@@ -28,9 +28,9 @@ class StartError(RuntimeError):
 
 
 def start_all(s: SandboxSettings, slurm: Slurm, procs: dict[str, dict],
-              save: Callable[[], None]) -> None:
+              save: Callable[[], None], launch: Launcher) -> None:
     """Start munged, slurmctld and every slurmd into ``procs`` (saved after each start), then
-    wait until every node is idle."""
+    wait until every node is idle; each through ``launch``'s stack."""
     state = s.state_dir
     env = {**slurm.env, MARKER_VAR: str(state)}
     conf = str(state / "etc" / "slurm.conf")
@@ -51,43 +51,45 @@ def start_all(s: SandboxSettings, slurm: Slurm, procs: dict[str, dict],
 
     munge = state / "munge"
     # --force: the state folder may sit below a folder only root can search (pytest's tmp).
-    start("munged", ["munged", "--foreground", "--force", f"--key-file={munge / 'munge.key'}",
-                     f"--socket={munge / 'munge.socket'}", f"--pid-file={munge / 'munged.pid'}",
+    start("munged", [*launch.host(), "munged", "--foreground", "--force",
+                     f"--key-file={munge / 'munge.key'}", f"--socket={munge / 'munge.socket'}",
+                     f"--pid-file={munge / 'munged.pid'}",
                      f"--log-file={state / 'log' / 'munged.log'}",
                      f"--seed-file={munge / 'munged.seed'}"])
     wait_for(lambda: (munge / "munge.socket").exists(), "munged's socket")
-    head = ["nsenter", f"--net={netns.path(s.netns(netns.HEAD))}", "unshare", "--uts", "sh",
-            "-c", SET_HOSTNAME, netns.HEAD]
+    head = launch.head()
     if s.accounting:
-        start_accounting(s, slurm, start, wait_for, head)
+        start_accounting(s, slurm, start, wait_for, launch)
     start("slurmctld", [*head, "slurmctld", "-D", "-c", "-i", "-f", conf])  # -c: the last id
     wait_for(lambda: slurm.run(["scontrol", "ping"], timeout=20).returncode == 0,
              "slurmctld to answer")
     for node in s.node_names():
-        start(f"slurmd-{node}", slurmd_argv(s, node))
+        start(f"slurmd-{node}", slurmd_argv(s, node, launch))
     wait_for(lambda: all(node_states(slurm).get(n) == "idle" for n in s.node_names()),
              "every node to be idle")
 
 
-def start_accounting(s: SandboxSettings, slurm: Slurm, start, wait_for, head: list[str]) -> None:
+def start_accounting(s: SandboxSettings, slurm: Slurm, start, wait_for,
+                     launch: Launcher) -> None:
     """A fresh database, mariadbd and slurmdbd in the head namespace, then the QOS, cluster,
     account and user in one ``sacctmgr`` run."""
     log = s.state_dir / "log" / "mariadb-install.out"
     with open(log, "w") as out:
         try:
-            done = subprocess.run(accounting.install_argv(s), stdin=subprocess.DEVNULL,
-                                  stdout=out, stderr=subprocess.STDOUT, timeout=START_TIMEOUT,
-                                  check=False, env={**slurm.env, MARKER_VAR: str(s.state_dir)})
+            done = subprocess.run([*launch.host(), *accounting.install_argv(s)],
+                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=START_TIMEOUT, check=False,
+                                  env={**slurm.env, MARKER_VAR: str(s.state_dir)})
             code = done.returncode
         except subprocess.TimeoutExpired:
             code = f"no end in {START_TIMEOUT:.0f} s"
     if code != 0:
         raise StartError(f"sandbox did not start: mariadb-install-db failed ({code}); "
                          f"{last_log_line(s, 'mariadb-install')}")
-    start("mariadbd", [*head[:2], *accounting.mariadbd_argv(s)])
+    start("mariadbd", [*launch.head(hostname=False), *accounting.mariadbd_argv(s)])
     wait_for(lambda: accounting.socket(s).exists(), "MariaDB's socket")
-    start("slurmdbd", [*head, "env", f"MYSQL_UNIX_PORT={accounting.socket(s)}",
-                       *accounting.slurmdbd_argv(s)])
+    start("slurmdbd", [*launch.head(), "env", *launch.slurmdbd_env(),
+                       f"MYSQL_UNIX_PORT={accounting.socket(s)}", *accounting.slurmdbd_argv(s)])
     sacctmgr = ["sacctmgr", "-n", "-P", "show", "qos", "format=name"]
     wait_for(lambda: slurm.run(sacctmgr, timeout=20).returncode == 0, "slurmdbd to answer")
     # One run on the fresh database; it exits 0 only when everything was added.
@@ -102,13 +104,11 @@ def start_accounting(s: SandboxSettings, slurm: Slurm, start, wait_for, head: li
                          f"(exit {proc.returncode}): {lines[0]}; see {s.state_dir / 'log'}")
 
 
-def slurmd_argv(s: SandboxSettings, node: str) -> list[str]:
+def slurmd_argv(s: SandboxSettings, node: str, launch: Launcher | None = None) -> list[str]:
     """A node's slurmd in the node's network namespace, with its own hostname, /etc/hosts
-    and local scratch folder."""
-    return ["nsenter", f"--net={netns.path(s.netns(node))}", "unshare", "--uts", "--mount",
-            "--propagation", "private", "sh", "-c", MOUNT_HOSTS, node,
-            str(s.state_dir / "etc" / "hosts"), *scratch.mount_argv(s, node),
-            "slurmd", "-D", "-N", node, "-f", str(s.state_dir / "etc" / "slurm.conf")]
+    and local scratch folder (``launch``: the stack's, default the host's own)."""
+    return [*(launch or Launcher(s)).node(node), "slurmd", "-D", "-N", node, "-f",
+            str(s.state_dir / "etc" / "slurm.conf")]
 
 
 def node_states(slurm: Slurm) -> dict[str, str]:

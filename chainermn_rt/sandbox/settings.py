@@ -24,6 +24,11 @@ from chainermn_rt.errors import UserError
 from chainermn_rt.site import SANDBOX_MAX_NODES, Site, data_dir, sandbox_max_nodes
 
 STATE_VAR = "CHAINERMN_RT_SANDBOX"
+# The stacks (stacks.py): the host's Debian 12 packages, or the Debian 13 root (root.py).
+DEBIAN12, DEBIAN13 = "debian12", "debian13"
+STACKS = {DEBIAN12: "the host's Debian 12 packages: Slurm 22.05, PMIx 4.2, Open MPI 4.1",
+          DEBIAN13: "a Debian 13 root: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer 1.4.5"}
+DEFAULT_STACK = DEBIAN12
 
 
 def default_state_dir() -> Path:
@@ -51,6 +56,7 @@ class SandboxSettings:
     # the profile's local_scratch paths: each node's own folder is mounted there (scratch.py)
     scratch: tuple[str, ...] = ()
     accounting: bool = False  # MariaDB + slurmdbd (accounting.py)
+    stack: str = DEFAULT_STACK  # whose Slurm, MPI and Apptainer (stacks.py)
 
     @property
     def prefix(self) -> str:
@@ -84,8 +90,12 @@ def spanning(site: Site, nodes: int) -> Site:
 
 
 def sandbox_settings(site: Site, nodes: int | None = None,
-                     state_dir: str | Path | None = None) -> SandboxSettings:
-    """The settings of ``site``'s sandbox; ``nodes`` and ``state_dir`` (CLI) override it."""
+                     state_dir: str | Path | None = None,
+                     stack: str | None = None) -> SandboxSettings:
+    """The settings of ``site``'s sandbox; ``nodes``, ``state_dir`` and ``stack`` (CLI)
+    override it."""
+    if stack is not None and stack not in STACKS:
+        raise UserError(f"--stack: {stack!r} is not allowed; allowed: {', '.join(STACKS)}")
     if site.sandbox is None:
         raise UserError(f"--site: site {site.name!r} has no [sandbox] table; allowed: a sandbox "
                         "profile such as 'sandbox'")
@@ -100,4 +110,4 @@ def sandbox_settings(site: Site, nodes: int | None = None,
                            nodes=min(count, most), hwloc_xml=site.sandbox.hwloc_xml,
                            scratch=tuple(sorted({p.local_scratch for p in site.partitions
                                                  if p.local_scratch})),
-                           accounting=site.sandbox.accounting)
+                           accounting=site.sandbox.accounting, stack=stack or DEFAULT_STACK)

@@ -76,6 +76,9 @@ def status(s: SandboxSettings, record: dict | None, slurm: Slurm) -> Status:
         line = database(s, slurm)
         ok &= not line.endswith("NOT answering")
         lines.append(line)
+    stack = record.get("stack", s.stack)
+    lines.insert(0, f"  stack: {stack}" + (f" (the root {record['root']})"
+                                           if record.get("root") else ""))
     head = f"sandbox: {'up' if ok else 'DEGRADED'} ({len(record['nodes'])} nodes), {where}"
     tail = f"  client commands: . {s.state_dir / 'env.sh'}  (or chainermn-rt sandbox exec -- CMD)"
     return Status(up=ok, nodes=nodes, lines=[head, *lines, tail])
