@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from chainermn_rt.errors import UserError
 from chainermn_rt.rank_contract import check_settings
 from chainermn_rt.site import ENV_NAME, Partition
-from chainermn_rt.slurm_rules import check_printable, parse_memory_mb, parse_time
+from chainermn_rt.slurm_rules import check_printable, check_variable, parse_memory_mb, parse_time
 
 # The job's log (#SBATCH --output), unless --log says otherwise.
 LOG_PATTERN = "%x-%j.out"
@@ -61,10 +61,10 @@ class Request:
     exclude: tuple[str, ...] = ()
 
 
-def checked(req: Request, part: Partition) -> Request:
-    """``req`` with every value checked against ``part`` and Slurm's rules, and its time
-    limit filled in (the partition's when it names none); UserError names the first wrong
-    field and what is allowed."""
+def checked(req: Request, part: Partition, slurm: tuple[int, int] | None = None) -> Request:
+    """``req`` with every value checked against ``part`` and the rules of Slurm ``slurm``
+    (the profile's version; None: today's), and its time limit filled in (the partition's
+    when it names none); UserError names the first wrong field and what is allowed."""
     if not 1 <= req.nodes <= part.nodes:
         raise UserError(f"--nodes: {req.nodes} on partition {part.name!r}; allowed: "
                         f"1-{part.nodes}")
@@ -99,5 +99,6 @@ def checked(req: Request, part: Partition) -> Request:
             raise UserError(f"--env: {key!r} is not a variable name; allowed: KEY=VALUE with "
                             "KEY made of letters, digits and _")
         check_printable(value, f"--env {key}")
+        check_variable(key, "--env", slurm)
     check_settings(dict(req.env), "--env ")
     return replace(req, time=time)

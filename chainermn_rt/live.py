@@ -13,8 +13,8 @@ from __future__ import annotations
 from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
 from chainermn_rt.site import MAX_NODES, Site
 from chainermn_rt.slurm_client import Slurm, whole
-from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_MEMORY_MB, gres_gpus
-from chainermn_rt.slurm_rules import parse_time
+from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_MEMORY_MB, config, gres_gpus
+from chainermn_rt.slurm_rules import parse_time, slurm_version
 
 
 def _time(text: str, where: str) -> int | None:
@@ -71,6 +71,11 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
             if p.memory_mb is not None and mem != p.memory_mb:
                 diffs.append(f"node {name}: memory {p.memory_mb}M in the profile, "
                              f"RealMemory={mem} in Slurm")
+    if site.slurm_version is not None:
+        running = slurm_version(config(slurm.output(["scontrol", "show", "config"])))
+        if running != "{:02d}.{:02d}".format(*site.slurm_release):
+            diffs.append(f"slurm_version {site.slurm_version} in the profile, "
+                         f"{running or 'none named'} in scontrol show config")
     if site.launcher == "srun":
         listed = slurm.mpi_plugins()
         if site.srun_mpi not in listed:

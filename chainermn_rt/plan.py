@@ -242,7 +242,7 @@ def _sbatch(site: Site, part: Partition, req: Request, tasks_per_node: int, cpus
 def make_plan(site: Site, req: Request) -> Plan:
     """Decide the job for ``req`` on ``site``; raises :class:`UserError` when it can't run there."""
     part = site.partition(req.partition)
-    req = checked(req, part)
+    req = checked(req, part, site.slurm_release)
     tasks_per_node, gpus = _tasks(site, part, req)
     runtime, container, pyxis_flags = _container(
         site, req, (part.local_scratch if req.stage else None, site.metrics_textfile_dir))

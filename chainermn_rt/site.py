@@ -50,7 +50,14 @@ from chainermn_rt.rank_contract import (
 )
 from chainermn_rt.sbatch_options import PLAN_OPTIONS, claimed_by
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_GPUS_PER_NODE
-from chainermn_rt.slurm_rules import check_printable, parse_memory_mb, parse_time
+from chainermn_rt.slurm_rules import (
+    VERSION_ALLOWED,
+    check_printable,
+    check_variable,
+    parse_memory_mb,
+    parse_slurm_version,
+    parse_time,
+)
 
 # the profile `render`, `submit`, `doctor` and `scaling` use without --site (set by the module
 # of an install, docs/install.md)
@@ -143,6 +150,13 @@ class Site:
     # node_exporter's textfile-collector folder: rank 0 writes the job's metrics there
     # (chainermn_rt.timeline; docs/timeline.md)
     metrics_textfile_dir: str | None = None
+    # the cluster's Slurm, "24.11" (site init reads it); None: today's (slurm_rules.CHANGES)
+    slurm_version: str | None = None
+
+    @property
+    def slurm_release(self) -> tuple[int, int] | None:
+        return None if self.slurm_version is None else \
+            parse_slurm_version(self.slurm_version, "slurm_version")
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one (the one marked default, else the first)."""
@@ -368,13 +382,14 @@ def _container(data: Any) -> Container:
     return c
 
 
-def _environment(data: Any) -> dict[str, str]:
+def _environment(data: Any, slurm: tuple[int, int] | None) -> dict[str, str]:
     t = _Table(data, "environment")
     env = {}
     for key in data:
         if not ENV_NAME.match(key):
             raise UserError(f"{t.at(key)}: not a variable name; allowed: letters, digits "
                             "and _, not starting with a digit")
+        check_variable(key, t.at(key), slurm)
         env[key] = t.get(key, str, allowed="a string (quote numbers)")
     check_settings(env, "environment.")
     return env
@@ -489,13 +504,16 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
     if sum(p.default for p in parts) > 1:
         raise UserError("partitions: more than one has default = true; allowed: at most one")
     signal = _signal(t.get("signal", str, None, allowed=SIGNAL_ALLOWED))
+    slurm_version = t.get("slurm_version", str, None, allowed=VERSION_ALLOWED)
+    slurm = None if slurm_version is None else \
+        parse_slurm_version(slurm_version, t.at("slurm_version"))
     site = Site(
         name=name, path=path, description=t.get("description", str, ""),
         launcher=t.choice("launcher", RANK_LAUNCHERS),
         srun_mpi=t.choice("srun_mpi", SRUN_MPI, "pmix"),
         partitions=parts,
         container=_container(t.get("container", dict, {})),
-        environment=_environment(t.get("environment", dict, {})),
+        environment=_environment(t.get("environment", dict, {}), slurm),
         modules=t.strings("modules"),
         account=t.text("account", None), qos=t.text("qos", None),
         python=t.nonempty("python", None, allowed="the interpreter's path or name on the "
@@ -509,7 +527,7 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
         sandbox=_sandbox(t.get("sandbox", dict, None), path),
         allreduce_busbw_gbps=_checks(t.get("checks", dict, None)),
-        metrics_textfile_dir=_metrics_dir(t))
+        metrics_textfile_dir=_metrics_dir(t), slurm_version=slurm_version)
     if not 0 <= site.max_requeues <= 1000:
         raise UserError(f"max_requeues: {site.max_requeues!r}; allowed: 0-1000")
     t.done()

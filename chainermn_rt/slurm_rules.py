@@ -1,5 +1,6 @@
-"""What Slurm accepts in the values the bundle writes into a job script or reads back: time
-strings, memory sizes, printable text. Every check names where the value came from.
+"""What Slurm accepts in the values the bundle writes into a job script or reads back (time
+strings, memory sizes, printable text; every check names where the value came from), and
+what changed between Slurm versions, as one table (:data:`CHANGES`).
 
 >>> parse_time("1-02:00:00", "--time"), parse_memory_mb("64G", "--mem")
 (93600, 65536)
@@ -11,8 +12,9 @@ chainermn_rt.errors.UserError: --job-name: 'a\\nb' contains a control character;
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from chainermn_rt.errors import UserError, message_value
+from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
 from chainermn_rt.slurm_records import MAX_MEMORY_MB
 
 MEMORY = re.compile(r"([0-9]{1,16})([KMGT]?)\Z")
@@ -61,3 +63,106 @@ def check_printable(value: str, where: str) -> str:
         raise UserError(f"{where}: {value!r} contains a control character; allowed: printable "
                         "text")
     return value
+
+
+# -- what changed between Slurm versions ----------------------------------------------------
+# A profile's ``slurm_version`` ("24.11", as ``site init`` reads it from the cluster) decides;
+# a profile without one is taken as today's Slurm (the newest behaviour below). Each row was
+# seen on the sandbox's two stacks (22.05 on Debian 12, 24.11 on Debian 13) or is Slurm's own
+# release note (docs/sandbox.md: "Slurm versions").
+
+VERSION = re.compile(r"([0-9]{2})\.([0-9]{2})(?:\.([0-9]{1,3}))?(?:-[0-9A-Za-z.+~-]*)?\Z")
+VERSION_ALLOWED = "MAJOR.MINOR as Slurm numbers its releases (22.05, 24.11), or with .PATCH"
+
+
+def parse_slurm_version(text: str, where: str) -> tuple[int, int]:
+    """(year, month) of a Slurm release from ``24.11``, ``24.11.5`` or Debian's ``24.11.5-4``.
+
+    >>> parse_slurm_version("24.11.5", "slurm_version"), parse_slurm_version("22.05", "x")
+    ((24, 11), (22, 5))
+    """
+    m = VERSION.match(text) if isinstance(text, str) else None
+    if not m:
+        shown = message_value(text, quote=True) if isinstance(text, str) else repr(text)
+        raise UserError(f"{where}: {shown} is not a Slurm version; allowed: {VERSION_ALLOWED}")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass(frozen=True)
+class Change:
+    """A behaviour of Slurm's that began with release ``since`` (year, month)."""
+
+    name: str
+    since: tuple[int, int]
+    what: str
+    bundle: str  # what the bundle does about it
+
+
+CHANGES = (
+    Change("cpus_per_task_two_variables", (23, 11),
+           "srun stops with \"cpus-per-task set by two different environment variables\" when "
+           "the job's environment sets SLURM_CPUS_PER_TASK unlike the job's --cpus-per-task "
+           "(22.05 takes the variable: each rank gets that many CPUs, not the Plan's)",
+           "the Plan owns --cpus-per-task: --env and [environment] may not set "
+           "SLURM_CPUS_PER_TASK, SRUN_CPUS_PER_TASK or SLURM_TRES_PER_TASK; the refusal says "
+           "what the profile's Slurm would do"),
+    Change("namespace_type", (25, 11),
+           "JobContainerType is renamed NamespaceType in slurm.conf",
+           "nothing: the bundle writes neither (the sandbox mounts each node's scratch itself)"),
+    Change("expedited_requeue", (25, 11),
+           "sbatch --requeue=expedite requeues a job at once on a node failure",
+           "not used: the job script requeues itself after its snapshot (scontrol requeue)"),
+)
+NEWEST = max(c.since for c in CHANGES)
+
+
+def slurm_version(conf: dict[str, str]) -> str | None:
+    """``MAJOR.MINOR`` of ``scontrol show config``'s SLURM_VERSION (a dict of its records);
+    None when it names none; EnvironmentProblem when it is not a version.
+
+    >>> slurm_version({"SLURM_VERSION": "24.11.5"}), slurm_version({})
+    ('24.11', None)
+    """
+    text = conf.get("SLURM_VERSION")
+    if text is None:
+        return None
+    try:
+        year, month = parse_slurm_version(text, "scontrol show config: SLURM_VERSION")
+    except UserError as err:  # the rule is the profile's; the value came from Slurm
+        raise EnvironmentProblem(str(err)) from None
+    return f"{year:02d}.{month:02d}"
+
+
+def behaves(version: tuple[int, int] | None, name: str) -> bool:
+    """Whether Slurm ``version`` (None: today's, the newest) has the change ``name``.
+
+    >>> two = "cpus_per_task_two_variables"
+    >>> behaves((22, 5), two), behaves((24, 11), two), behaves(None, two)
+    (False, True, True)
+    """
+    change = next(c for c in CHANGES if c.name == name)
+    return (version or NEWEST) >= change.since
+
+
+# Slurm's own, set from the job's --cpus-per-task, which the Plan owns: a job's environment
+# (a profile's [environment], --env) may not set them.
+CPUS_PER_TASK_VARIABLES = ("SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK", "SLURM_TRES_PER_TASK")
+
+
+def check_variable(name: str, where: str, version: tuple[int, int] | None) -> None:
+    """Refuse one of :data:`CPUS_PER_TASK_VARIABLES`, saying what Slurm ``version`` would do.
+
+    >>> check_variable("OMP_NUM_THREADS", "--env", None)
+    >>> check_variable("SLURM_CPUS_PER_TASK", "--env", (22, 5))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    chainermn_rt.errors.UserError: --env: SLURM_CPUS_PER_TASK is Slurm's, ... every rank gets ...
+    """
+    if name not in CPUS_PER_TASK_VARIABLES:
+        return
+    effect = ("srun stops (\"cpus-per-task set by two different environment variables\")"
+              if behaves(version, "cpus_per_task_two_variables") else
+              "every rank gets that many CPUs instead of the Plan's")
+    release = f"{version[0]:02d}.{version[1]:02d}" if version else "of today"
+    raise UserError(f"{where}: {name} is Slurm's, made from the job's --cpus-per-task; set "
+                    f"here, {effect} on Slurm {release}; allowed: any other variable (a "
+                    "rank's CPUs come from the partition's cpus_per_node and slots)")

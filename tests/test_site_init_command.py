@@ -20,7 +20,8 @@ from chainermn_rt.site import load_site, parse_site
 from conftest import REPO, folder_contents, require_commands
 
 CONFIG = ("AccountingStorageType   = accounting_storage/slurmdbd\nClusterName         = dgx\n"
-          "SlurmctldHost[0]    = head(10.0.0.1)\nMpiDefault = pmix\n")
+          "SlurmctldHost[0]    = head(10.0.0.1)\nMpiDefault = pmix\n"
+          "SLURM_VERSION           = 23.11.10\n")
 PARTITIONS = ("PartitionName=batch AllowGroups=ALL Default=YES MaxTime=2-00:00:00 "
               "Nodes=dgx[01-02] State=UP TotalCPUs=224 TotalNodes=2\n"
               "PartitionName=debug Default=NO MaxTime=UNLIMITED Nodes=dgx03 TotalNodes=1\n"
@@ -93,8 +94,8 @@ def test_a_dgx_cluster_gives_the_shipped_dgx_profiles_slots(tmp_path):
     calls = (tmp_path / "stub/calls").read_text()
     assert calls.count("--exclusive") == 2 and "--nodelist=dgx02" in calls  # dgx01 drains
     assert site.partition("debug").max_time == "365-00:00:00"
-    assert (site.name, site.launcher, site.srun_mpi, site.container.runtime) == \
-        ("dgx", "srun", "pmix", "none")
+    assert (site.name, site.launcher, site.srun_mpi, site.container.runtime,
+            site.slurm_version) == ("dgx", "srun", "pmix", "none", "23.11")
     text = out.read_text()
     assert f"# {GPU_BUSIDS[0]}" in text and "# [container]" in text and "# [checks]" in text
     assert proc.stdout.splitlines()[-1].startswith(f"wrote {out}: site 'dgx', partitions "

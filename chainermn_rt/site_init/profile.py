@@ -62,6 +62,7 @@ class Facts:
     pyxis: bool
     partitions: tuple[PartitionFacts, ...]
     topologies: tuple[TopologyFacts, ...]
+    slurm_version: str | None = None  # "24.11", from scontrol show config's SLURM_VERSION
 
 
 def memory(mb: int) -> str:
@@ -107,6 +108,9 @@ def profile_text(facts: Facts, sources: str) -> str:
     ]
     if facts.srun_mpi:
         lines.append(f"srun_mpi = {toml(facts.srun_mpi, 'srun_mpi')}")
+    if facts.slurm_version:
+        lines.append(f"slurm_version = {toml(facts.slurm_version, 'slurm_version')}"
+                     "   # scontrol show config: SLURM_VERSION")
     if facts.socket_ifname:
         lines.append(f"socket_ifname = {toml(facts.socket_ifname, 'socket_ifname')}"
                      "   # the route to the controller, on the probed node")

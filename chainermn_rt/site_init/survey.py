@@ -39,7 +39,7 @@ from chainermn_rt.slurm_records import (
     gres_gpu_type,
     gres_gpus,
 )
-from chainermn_rt.slurm_rules import parse_time
+from chainermn_rt.slurm_rules import parse_time, slurm_version
 
 PROBE_S = 600  # seconds the probe step may take, waiting for its node included
 UNLIMITED_AS = "365-00:00:00"  # a profile needs a max_time; Slurm's UNLIMITED becomes this
@@ -234,6 +234,7 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
     """(facts, warnings, the Slurm steps run) for the partitions ``wanted``."""
     conf = config(slurm.output(["scontrol", "show", "config"]))
     controller = controller_address(conf)
+    version = slurm_version(conf)
     cluster = conf.get("ClusterName", "cluster")
     if name is None and not NAME.match(cluster):
         raise EnvironmentProblem(f"scontrol show config: ClusterName={message_value(cluster)}; "
@@ -308,5 +309,10 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
         name=name or cluster, srun_mpi=srun_mpi, plugins=plugins,
         socket_ifname=ifnames.pop() if len(ifnames) == 1 else None,
         runtimes=tuple(sorted({x for r in reports.values() for x in r.runtimes})), pyxis=pyxis,
-        partitions=tuple(partitions), topologies=tuple(shapes.values()))
+        partitions=tuple(partitions), topologies=tuple(shapes.values()),
+        slurm_version=version)
+    if version is None:
+        warnings.append("scontrol show config names no SLURM_VERSION: slurm_version not "
+                        "written (the bundle then assumes today's Slurm)")
     return facts, warnings, steps
+
