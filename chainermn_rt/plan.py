@@ -31,6 +31,7 @@ from chainermn_rt.rank_contract import (
 )
 from chainermn_rt.sbatch_options import owned
 from chainermn_rt.site import RANK_LAUNCHERS, RUNTIMES, Container, Partition, Site
+from chainermn_rt.slurm_rules import behaves
 from chainermn_rt.staging import VARIABLES as STAGE_VARIABLES
 from chainermn_rt.staging import Stage, plan_stage
 from chainermn_rt.stop_verdict import Rule, table
@@ -47,6 +48,9 @@ class Stop:
     wait_s: int
     requeue: bool
     max_requeues: int
+    # the site's Slurm requeues a preempted job itself once it ends (slurm_rules.CHANGES'
+    # preempted_end_requeues): the shell asks scontrol whether the job was preempted
+    slurm_requeues_preempted: bool = False
     file_var: str = STOP_FILE_VAR
     done_suffix: str = STOP_DONE_SUFFIX
     ready_suffix: str = STOP_READY_SUFFIX
@@ -54,7 +58,8 @@ class Stop:
     @property
     def verdicts(self) -> tuple[Rule, ...]:
         """What the shell does once the step has ended, for every case (stop_verdict.py)."""
-        return table(self.wait_s, self.requeue, self.max_requeues)
+        return table(self.wait_s, self.requeue, self.max_requeues,
+                     self.slurm_requeues_preempted)
 
 
 def stop_of(site: Site) -> Stop | None:
@@ -71,7 +76,8 @@ def stop_of(site: Site) -> Stop | None:
         return None
     name, _, lead = site.signal.partition("@")
     return Stop(name, max(int(lead) - 15, int(lead) // 2), site.requeue,
-                site.max_requeues if site.requeue else 0)
+                site.max_requeues if site.requeue else 0,
+                site.requeue and behaves(site.slurm_release, "preempted_end_requeues"))
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,10 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 MAX_NODES = 1_000_000  # in a partition; a profile's larger count is a mistake
 MAX_PROFILE_BYTES = 1 << 20  # the shipped profiles are 2 KB at most
 SANDBOX_MAX_NODES = 32  # the paper's 16 nodes and twice that (docs/sandbox.md)
+# whose Slurm, MPI and Apptainer a sandbox runs (chainermn_rt/sandbox/stacks.py)
+SANDBOX_STACKS = ("debian12", "debian13")
+# runtimes whose image is a file or folder: a sandbox profile's relative one is the checkout's
+FILE_IMAGE_RUNTIMES = ("apptainer", "singularity", "charliecloud")
 # Signals the batch shell may trap for the time limit or preemption (--signal=B:SIG@SECONDS).
 BATCH_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "URG", "XCPU")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")
@@ -121,6 +125,8 @@ class SandboxTable:
     hwloc_xml: Path | None = None
     # MariaDB + slurmdbd: sacct, accounts and QOS enforced, QOS preemption (accounting.py)
     accounting: bool = True
+    # the stack `sandbox up` starts for this profile and its jobs need; None: either
+    stack: str | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,7 @@ class _Table:
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = ...) -> str:
         value = self.get(key, str, default, allowed=" | ".join(choices))
-        if value not in choices:
+        if value not in choices and not (value is None and default is None):
             raise UserError(f"{self.at(key)}: {value!r} is not allowed; allowed: "
                             + " | ".join(choices))
         return value
@@ -368,11 +374,19 @@ def _sbatch(data: Any, where: str) -> tuple[tuple[str, str | None], ...]:
     return tuple(options)
 
 
-def _container(data: Any) -> Container:
+def _container(data: Any, sandbox: bool) -> Container:
+    """``sandbox``: the profile describes the local sandbox, whose nodes see this machine's
+    files: a relative image of a file-based runtime is the checkout's (``make sif`` writes
+    build/images/ there), as the sandbox's state folder is (:func:`checkout`)."""
     t = _Table(data, "container")
+    runtime = t.choice("runtime", RUNTIMES, "none")
+    image = t.text("image", None)
+    base = checkout() if sandbox and runtime in FILE_IMAGE_RUNTIMES else None
+    if image and base is not None and not posixpath.isabs(image) and ":" not in image:
+        image = str(base / image)
     c = Container(
-        runtime=t.choice("runtime", RUNTIMES, "none"),
-        image=t.text("image", None),
+        runtime=runtime,
+        image=image,
         binds=t.strings("binds", re.compile(r"[^:,\s]+(:[^:,\s]+){0,2}\Z"),
                         "SRC[:DST[:OPTIONS]] without spaces or commas"),
         flags=t.strings("flags"),
@@ -430,8 +444,10 @@ def _sandbox(data: Any, path: Path) -> SandboxTable | None:
                             "file; allowed: an hwloc XML "
                             "file (lstopo --of xml), relative to the profile's folder")
     accounting = t.get("accounting", bool, True)
+    stack = t.choice("stack", SANDBOX_STACKS, None)
     t.done()
-    return SandboxTable(subnet=subnet, nodes=nodes, hwloc_xml=xml, accounting=accounting)
+    return SandboxTable(subnet=subnet, nodes=nodes, hwloc_xml=xml, accounting=accounting,
+                        stack=stack)
 
 
 def _checks(data: Any) -> float | None:
@@ -512,7 +528,7 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         launcher=t.choice("launcher", RANK_LAUNCHERS),
         srun_mpi=t.choice("srun_mpi", SRUN_MPI, "pmix"),
         partitions=parts,
-        container=_container(t.get("container", dict, {})),
+        container=_container(t.get("container", dict, {}), "sandbox" in data),
         environment=_environment(t.get("environment", dict, {}), slurm),
         modules=t.strings("modules"),
         account=t.text("account", None), qos=t.text("qos", None),
@@ -571,6 +587,13 @@ def data_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:  # a checkout that is not installed
         return Path(__file__).resolve().parent.parent / "slurm"
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def checkout() -> Path | None:
+    """The source checkout the bundle runs from (the folder of pyproject.toml and build/),
+    or None for an installed wheel."""
+    folder = data_dir().parent
+    return folder if (folder / "pyproject.toml").is_file() else None
 
 
 def shipped_sites() -> list[str]:

@@ -106,6 +106,15 @@ CHANGES = (
            "the Plan owns --cpus-per-task: --env and [environment] may not set "
            "SLURM_CPUS_PER_TASK, SRUN_CPUS_PER_TASK or SLURM_TRES_PER_TASK; the refusal says "
            "what the profile's Slurm would do"),
+    Change("preempted_end_requeues", (24, 5),
+           "a job that ends after a preemption's grace-time signal is taken as preempted: "
+           "under PreemptMode=REQUEUE Slurm requeues it itself (22.05 ends it). The mark "
+           "outlives `scontrol requeue`, so a job that requeued itself after the signal is "
+           "requeued once more when its next run ends (seen on 24.11.5: the resumed run "
+           "COMPLETED, then PREEMPTED and a third run)",
+           "the batch shell of a preempted job (scontrol show job: PreemptTime set) writes "
+           "its snapshot and ends without requeueing itself: Slurm requeues it; the time "
+           "limit's signal still has the shell requeue the job"),
     Change("namespace_type", (25, 11),
            "JobContainerType is renamed NamespaceType in slurm.conf",
            "nothing: the bundle writes neither (the sandbox mounts each node's scratch itself)"),

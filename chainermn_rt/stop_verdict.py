@@ -6,7 +6,10 @@ The shell finds four facts, each 1 or 0, in this order (its ``key``):
 - ``snapshot``: the ranks wrote a snapshot (the stop file's ``.done`` names it);
 - ``asked``: the shell asked for one (its trap created the stop file on the site's signal);
 - ``resumable``: the program uses chainermn_rt.resumable (rank 0's ``.resumable`` file);
-- ``left``: the job has been requeued fewer than ``max_requeues`` times.
+- ``left``: the job has been requeued fewer than ``max_requeues`` times;
+- ``preempted``, only where Slurm requeues a preempted job itself once it ends (24.05 on:
+  slurm_rules.CHANGES' ``preempted_end_requeues``): ``scontrol show job`` gives the job a
+  PreemptTime. Then the shell must not requeue it too: Slurm would run it once more.
 
 A message names the shell's values as ``{snapshot}`` (the snapshot's path), ``{job}`` (the job
 or array task id), ``{restarts}`` (SLURM_RESTART_COUNT) and ``{next}`` (restarts + 1, set only
@@ -34,6 +37,12 @@ import itertools
 from dataclasses import dataclass
 
 FACTS = ("snapshot", "asked", "resumable", "left")
+PREEMPTED = "preempted"  # the fifth fact, where Slurm requeues a preempted job itself
+
+
+def facts(slurm_requeues_preempted: bool = False) -> tuple[str, ...]:
+    """The key's facts, in the order the shell finds them."""
+    return FACTS + ((PREEMPTED,) if slurm_requeues_preempted else ())
 
 
 @dataclass(frozen=True)
@@ -49,10 +58,12 @@ class Rule:
     verdict: Verdict
 
 
-def decide(snapshot: bool, asked: bool, resumable: bool, left: bool, *, wait_s: int,
-           requeue: bool, max_requeues: int) -> Verdict:
+def decide(snapshot: bool, asked: bool, resumable: bool, left: bool, preempted: bool = False,
+           *, wait_s: int, requeue: bool, max_requeues: int) -> Verdict:
     """The verdict for one case. A resumable program that wrote no snapshot in time (a slow
-    iteration, a short grace time) is requeued too: its next run resumes from the one before."""
+    iteration, a short grace time) is requeued too: its next run resumes from the one before.
+    ``preempted`` (a fact only where Slurm requeues a preempted job itself): the shell ends
+    the job and leaves the requeue to Slurm, whatever restarts are left."""
     if snapshot:
         said, status = "snapshot {snapshot} written", 0
     elif asked and resumable:
@@ -63,6 +74,9 @@ def decide(snapshot: bool, asked: bool, resumable: bool, left: bool, *, wait_s: 
                        "chainermn_rt.resumable?); not requeueing", False, None)
     else:
         return Verdict(None, False, None)
+    if requeue and preempted and asked:  # the signal was the preemption's
+        return Verdict(f"{said}; job {{job}} was preempted: Slurm requeues it "
+                       "(PreemptMode=REQUEUE)", False, 0)
     if requeue and left:
         return Verdict(f"{said}; requeueing job {{job}} (restart {{next}} of at most "
                        f"{max_requeues})", True, 0)
@@ -71,11 +85,12 @@ def decide(snapshot: bool, asked: bool, resumable: bool, left: bool, *, wait_s: 
     return Verdict(f"{said}; not requeueing ({why})", False, status)
 
 
-def table(wait_s: int, requeue: bool, max_requeues: int) -> tuple[Rule, ...]:
+def table(wait_s: int, requeue: bool, max_requeues: int,
+          slurm_requeues_preempted: bool = False) -> tuple[Rule, ...]:
     """Every key's verdict, the keys of one verdict merged into as few patterns as a pairwise
     merge finds; the patterns never overlap, so their order does not matter."""
     rules: dict[Verdict, list[str]] = {}
-    for bits in itertools.product((1, 0), repeat=len(FACTS)):
+    for bits in itertools.product((1, 0), repeat=len(facts(slurm_requeues_preempted))):
         verdict = decide(*map(bool, bits), wait_s=wait_s, requeue=requeue,
                          max_requeues=max_requeues)
         rules.setdefault(verdict, []).append("".join(map(str, bits)))

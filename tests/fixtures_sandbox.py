@@ -90,13 +90,14 @@ def debian13_root() -> Root:
 @pytest.fixture(scope="session")
 def sandbox_debian13(debian13_root):
     """The sandbox on the debian13 stack (Slurm 24.11, PMIx 5, Open MPI 5, Apptainer 1.4.5 from
-    the Debian 13 root), one for the session, in a state folder of its own beside the
+    the Debian 13 root) of the shipped profile sandbox-debian13 (its ``[sandbox] stack``), one
+    for the session, in a state folder of its own beside the
     ``sandbox`` fixture's: in /tmp, searchable by the root's unprivileged user, whose jobs need
     its munge socket (pytest's own folders are root's only)."""
     require_commands("ip", "nsenter", "unshare")
     folder = Path(tempfile.mkdtemp(prefix="chainermn-rt-debian13-"))
     folder.chmod(0o755)
-    sb = Sandbox.from_profile(state_dir=folder / "state", stack="debian13")
+    sb = Sandbox.from_profile("sandbox-debian13", state_dir=folder / "state")
     try:
         sb.up()
     except SandboxError as err:

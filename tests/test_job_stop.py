@@ -45,7 +45,13 @@ if [ "${{STUB_KEY:2:1}}" = 1 ]; then : > "$f{STOP_READY_SUFFIX}"; fi
 touch "$STUB_DIR/started"
 exit 7
 """
-SCONTROL = '#!/bin/sh\necho "$@" >> "$STUB_DIR/scontrol.log"\n'
+# scontrol: records what it is asked; a job's record says PreemptTime=STUB_PREEMPT_TIME
+SCONTROL = """#!/bin/sh
+echo "$@" >> "$STUB_DIR/scontrol.log"
+if [ "$1 $2 $3" = "-o show job" ]; then
+  echo "JobId=$4 JobName=x PreemptTime=${STUB_PREEMPT_TIME:-None} Restarts=0"
+fi
+"""
 # The trap's touch returns only after the step has ended: the race CI once met (the step
 # ending while the trap still runs) happens every time.
 TOUCH = """#!/bin/sh
@@ -58,10 +64,12 @@ fi
 
 
 def _run(tmp_path: Path, env: dict[str, str], signal_it: bool = True, srun: str = SRUN,
-         **site_changes) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run the sandbox profile's script (signal USR2@60, requeue, 3 restarts) as a batch shell;
-    the exit status and stderr, and what scontrol was asked."""
-    site = replace(load_site(resolve_site("sandbox")), **site_changes)
+         profile: str = "sandbox", **site_changes) -> tuple[subprocess.CompletedProcess,
+                                                           list[str]]:
+    """Run the sandbox profile's script (signal USR2@60, requeue, 3 restarts; Slurm 22.05, or
+    ``profile`` sandbox-debian13's 24.11) as a batch shell; the exit status and stderr, and
+    what scontrol was asked."""
+    site = replace(load_site(resolve_site(profile)), **site_changes)
     script = write_script(make_plan(site, Request(nodes=1, command=("true",))),
                           tmp_path / "job.sh")
     stubs = tmp_path / "bin"
@@ -140,26 +148,52 @@ def test_a_resumable_program_without_a_snapshot_in_time_resumes_from_the_one_bef
     assert not list(tmp_path.glob(".chainermn-rt-stop-*"))
 
 
-@pytest.mark.parametrize("key", ["".join(bits) for bits in itertools.product("10", repeat=4)])
-@pytest.mark.parametrize("changes", [{}, {"requeue": False}], ids=["requeue", "no-requeue"])
-def test_the_script_does_what_python_decided_for_every_case(tmp_path, key, changes):
-    """Each key (snapshot, asked, resumable, restarts left) set up by the step's files and
-    SLURM_RESTART_COUNT: the line, the requeue and the exit status are decide()'s."""
-    stop = stop_of(replace(load_site(resolve_site("sandbox")), **changes))
+CASES = [(profile, changes, "".join(bits))
+         for profile, changes, facts in (("sandbox", {}, 4), ("sandbox", {"requeue": False}, 4),
+                                         ("sandbox-debian13", {}, 5))
+         for bits in itertools.product("10", repeat=facts)]
+
+
+@pytest.mark.parametrize("profile, changes, key", CASES,
+                         ids=[f"{p}-{'requeue' if not c else 'no-requeue'}-{k}"
+                              for p, c, k in CASES])
+def test_the_script_does_what_python_decided_for_every_case(tmp_path, profile, changes, key):
+    """Each key (snapshot, asked, resumable, restarts left; on Slurm 24.11 also preempted) set
+    up by the step's files, SLURM_RESTART_COUNT and the job's PreemptTime: the line, the
+    requeue and the exit status are decide()'s."""
+    stop = stop_of(replace(load_site(resolve_site(profile)), **changes))
     # a restart count below 0 gets "left" even where no restart is allowed: every key runs
     restarts = (0 if stop.max_requeues else -1) if key[3] == "1" else stop.max_requeues
     snapshot = "/out/it's $HOME `id`  a\\b"
+    preempt_time = "2026-12-06T04:26:33" if key[4:] == "1" else "None"
     proc, asked = _run(tmp_path, {"STUB_KEY": key, "STUB_SNAPSHOT": snapshot,
-                                  "SLURM_RESTART_COUNT": str(restarts)},
-                       signal_it=False, srun=SRUN_FACTS, **changes)
+                                  "SLURM_RESTART_COUNT": str(restarts),
+                                  "STUB_PREEMPT_TIME": preempt_time},
+                       signal_it=False, srun=SRUN_FACTS, profile=profile, **changes)
     verdict = decide(*(bit == "1" for bit in key), wait_s=stop.wait_s, requeue=stop.requeue,
                      max_requeues=stop.max_requeues)
     said = verdict.message and verdict.message.format(
         snapshot=snapshot, job="77", restarts=restarts, next=restarts + 1)
+    # the job's record is read where it matters: the shell asked for a snapshot
+    looked = ["-o show job 77"] if stop.slurm_requeues_preempted and key[1] == "1" else []
     assert (proc.stderr, asked, proc.returncode) == (
-        f"chainermn-rt: {said}\n" if said else "", ["requeue 77"] if verdict.requeue else [],
+        f"chainermn-rt: {said}\n" if said else "",
+        looked + (["requeue 77"] if verdict.requeue else []),
         7 if verdict.exit is None else verdict.exit)
     assert not list(tmp_path.glob(".chainermn-rt-stop-*"))
+
+
+@pytest.mark.parametrize("preempt_time, asked, said", [
+    ("None", ["-o show job 77", "requeue 77"], "requeueing job 77 (restart 1 of at most 3)"),
+    ("2026-12-06T04:26:33", ["-o show job 77"],
+     "job 77 was preempted: Slurm requeues it (PreemptMode=REQUEUE)")])
+def test_on_slurm_24_11_a_preempted_job_is_left_to_slurm_to_requeue(tmp_path, preempt_time,
+                                                                    asked, said):
+    """The signal of the time limit (no PreemptTime): the shell requeues the job; of a
+    preemption: Slurm 24.11 requeues it itself once the shell ends (slurm_rules.CHANGES)."""
+    proc, got = _run(tmp_path, {"STUB_PREEMPT_TIME": preempt_time}, profile="sandbox-debian13")
+    assert (proc.returncode, got) == (0, asked), proc.stderr
+    assert f"snapshot /out/snapshots/iter_000000120 written; {said}" in proc.stderr
 
 
 def test_a_failing_step_without_a_signal_keeps_its_status(tmp_path):

@@ -28,6 +28,11 @@ CASES = {
     "sandbox-charliecloud": ("sandbox", Request(
         nodes=2, gpus_per_node=2, runtime="charliecloud", image="/var/tmp/chainermn-rt_cpu",
         command=("python3", "/opt/chainermn_rt/examples/train_mnist.py"))),
+    # the debian13 stack's profile: Slurm 24.11, the ranks in a SIF (its default image is the
+    # checkout's build/images/chainermn-rt-cpu.sif: a path that differs per checkout)
+    "sandbox-debian13-2x2": ("sandbox-debian13", Request(
+        nodes=2, image="/var/tmp/chainermn-rt-cpu.sif",
+        command=("python3", "/opt/chainermn_rt/examples/train_mnist.py"))),
     "sandbox-dgx-16x8": ("sandbox-dgx", Request(nodes=16, python="/opt/venv/bin/python",
                                                 command=("python3", "examples/train_mnist.py"))),
     "dgx-h100-16": ("dgx-h100", Request(nodes=16, command=TRAIN, job_name="resnet50 16x8",

@@ -148,7 +148,10 @@ def test_generated_shell_passes_shellcheck(tmp_path):
     # a /28 has 16 addresses: network, broadcast, the head, 13 nodes
     ('subnet = "10.0.0.0/28"\nnodes = 14', "sandbox.nodes: 14 is not allowed; allowed: 1-13"),
     ('subnett = "10.0.0.0/24"',
-     "sandbox.subnett: unknown field; allowed: accounting, hwloc_xml, nodes, subnet"),
+     "sandbox.subnett: unknown field; allowed: accounting, hwloc_xml, nodes, stack, subnet"),
+    ('stack = "debian11"', "sandbox.stack: 'debian11' is not allowed; allowed: debian12 | "
+     "debian13"),
+    ("stack = 13", "sandbox.stack: 13 has the wrong type; allowed: debian12 | debian13"),
     ('accounting = "yes"', "sandbox.accounting: 'yes' has the wrong type"),
     ('hwloc_xml = "no-such.xml"', "sandbox.hwloc_xml: {tmp}/no-such.xml is not a file; allowed:"
      " an hwloc XML file (lstopo --of xml), relative to the profile's folder"),
@@ -182,6 +185,58 @@ def test_node_count_from_the_command_line_is_checked(tmp_path):
                        r"addresses of \[sandbox\] subnet 10.0.0.0/28\)$"):
         sandbox_settings(small, nodes=14)
     assert str(sandbox_settings(small, nodes=13).node_address(13)) == "10.0.0.14"
+
+
+def test_the_stack_is_the_command_lines_else_the_profiles_else_debian12(tmp_path):
+    """``sandbox up --site sandbox-debian13`` starts the debian13 stack (its ``[sandbox]
+    stack``); ``--stack`` overrides a profile's."""
+    debian13 = load_site(resolve_site("sandbox-debian13"))
+    assert debian13.sandbox.stack == "debian13" and SITE.sandbox.stack is None
+    assert sandbox_settings(debian13).stack == "debian13"
+    assert sandbox_settings(debian13, stack="debian12").stack == "debian12"
+    assert sandbox_settings(SITE).stack == "debian12"
+    assert sandbox_settings(SITE, stack="debian13").stack == "debian13"
+
+
+def test_a_profile_for_the_other_stack_says_which_to_start(tmp_path):
+    """A job of sandbox-debian13 (Slurm 24.11, Apptainer) to a sandbox running the Debian 12
+    stack: one line naming both stacks and the command, nothing submitted."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "sandbox.json").write_text('{"stack": "debian12", "procs": {}, "nodes": []}')
+    proc = cli("submit", "--site", "sandbox-debian13", "--nodes", "1", "--", "true",
+               cwd=tmp_path, env={**os.environ, STATE_VAR: str(state)})
+    assert (proc.returncode, proc.stdout) == (3, ""), proc
+    assert proc.stderr.splitlines() == [
+        f"chainermn-rt submit: error: the sandbox in {state} runs the debian12 stack and site "
+        "'sandbox-debian13' is for the debian13 stack; start that one with `chainermn-rt "
+        "sandbox up --site sandbox-debian13` (it brings the other down)"]
+
+
+def test_a_sandbox_profiles_relative_image_is_the_checkouts(tmp_path, monkeypatch):
+    """make sif writes build/images/ in the checkout: a sandbox profile's relative image is
+    there wherever the command runs; any other profile's stays as written (the cluster's
+    job folder), and so does one of an installed bundle (no checkout)."""
+    from chainermn_rt import site as site_module
+
+    shipped = load_site(resolve_site("sandbox-debian13")).container
+    assert (shipped.runtime, shipped.image) == (
+        "apptainer", str(REPO / "build" / "images" / "chainermn-rt-cpu.sif"))
+    text = resolve_site("sandbox-debian13").read_text()
+    elsewhere = tmp_path / "copy.toml"
+    elsewhere.write_text(text.replace('image = "build/images/chainermn-rt-cpu.sif"',
+                                      'image = "x/y.sif"'))
+    monkeypatch.chdir(tmp_path)
+    assert load_site(elsewhere).container.image == str(REPO / "x" / "y.sif")
+    cluster = tmp_path / "cluster.toml"  # the same without [sandbox]: a cluster's profile
+    cluster.write_text(elsewhere.read_text()[:elsewhere.read_text().index("[sandbox]")])
+    assert load_site(cluster).container.image == "x/y.sif"
+    for image in ("/abs/y.sif", "docker://debian:12"):  # absolute, or not a path
+        other = tmp_path / "other.toml"
+        other.write_text(text.replace('"build/images/chainermn-rt-cpu.sif"', f'"{image}"'))
+        assert load_site(other).container.image == image
+    monkeypatch.setattr(site_module, "checkout", lambda: None)  # an installed bundle
+    assert load_site(elsewhere).container.image == "x/y.sif"
 
 
 def test_a_site_without_sandbox_table_is_refused():

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError
+from chainermn_rt.quoting import sh
 from chainermn_rt.sandbox import accounting, daemons, netns, processes, scratch
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
@@ -34,7 +35,7 @@ from chainermn_rt.sandbox.settings import (
 )
 from chainermn_rt.sandbox.stacks import FUSE, FUSE_NUMBERS, Launcher
 from chainermn_rt.sandbox.status import Status, leftovers, status
-from chainermn_rt.site import Site, load_site, resolve_site
+from chainermn_rt.site import Site, data_dir, load_site, resolve_site
 from chainermn_rt.slurm_client import FinalState, Slurm
 
 RECORD = "sandbox.json"
@@ -58,10 +59,11 @@ class Sandbox:
     @classmethod
     def from_profile(cls, site: str | Path = "sandbox", nodes: int | None = None,
                      state_dir: str | Path | None = None, stack: str | None = None) -> Sandbox:
-        """``stack`` None: the stack of the sandbox up in the state folder, else the default."""
+        """``stack`` None: the profile's ``[sandbox] stack``; where it names none, the stack of
+        the sandbox up in the state folder, else the default."""
         loaded = load_site(resolve_site(str(site)), "--site")
         settings = sandbox_settings(loaded, nodes=nodes, state_dir=state_dir, stack=stack)
-        if stack is None:
+        if stack is None and (loaded.sandbox is None or loaded.sandbox.stack is None):
             recorded = cls(loaded, settings)._record()
             if recorded and recorded.get("stack", settings.stack) != settings.stack:
                 settings = sandbox_settings(loaded, nodes=nodes, state_dir=state_dir,
@@ -81,10 +83,24 @@ class Sandbox:
 
     def client(self) -> Slurm:
         """``self.slurm`` once the sandbox is up; else SandboxError saying how to start it."""
-        if self._record() is None:
+        record = self._record()
+        if record is None:
             raise SandboxError(f"the sandbox of {self.site.path} is not up ({self.state_dir}); "
-                               "start it with `chainermn-rt sandbox up`")
+                               f"start it with `{self._up_command()}`")
+        wanted = self.site.sandbox.stack if self.site.sandbox else None
+        running = record.get("stack", DEBIAN12)
+        if wanted is not None and running != wanted:
+            raise SandboxError(f"the sandbox in {self.state_dir} runs the {running} stack and "
+                               f"site {self.site.name!r} is for the {wanted} stack; start that "
+                               f"one with `{self._up_command()}` (it brings the other down)")
         return self.slurm
+
+    def _up_command(self) -> str:
+        """`chainermn-rt sandbox up` for this profile: a shipped one by its name."""
+        shipped = data_dir() / "sites" / f"{self.site.name}.toml"
+        same = shipped.is_file() and shipped.resolve() == Path(self.site.path).resolve()
+        name = self.site.name if same else str(self.site.path)
+        return "chainermn-rt sandbox up" + ("" if name == "sandbox" else f" --site {sh(name)}")
 
     # -- jobs: the completion records, sacct's fallback (and stand-in without accounting) --
     def job_record(self, job_id: str) -> dict[str, str] | None:

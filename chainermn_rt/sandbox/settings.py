@@ -21,11 +21,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chainermn_rt.errors import UserError
-from chainermn_rt.site import SANDBOX_MAX_NODES, Site, data_dir, sandbox_max_nodes
+from chainermn_rt.site import (
+    SANDBOX_MAX_NODES,
+    SANDBOX_STACKS,
+    Site,
+    checkout,
+    sandbox_max_nodes,
+)
 
 STATE_VAR = "CHAINERMN_RT_SANDBOX"
 # The stacks (stacks.py): the host's Debian 12 packages, or the Debian 13 root (root.py).
-DEBIAN12, DEBIAN13 = "debian12", "debian13"
+DEBIAN12, DEBIAN13 = SANDBOX_STACKS
 STACKS = {DEBIAN12: "the host's Debian 12 packages: Slurm 22.05, PMIx 4.2, Open MPI 4.1",
           DEBIAN13: "a Debian 13 root: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer 1.4.5"}
 DEFAULT_STACK = DEBIAN12
@@ -35,9 +41,9 @@ def default_state_dir() -> Path:
     """The state folder when none is given (see the module's docstring)."""
     if os.environ.get(STATE_VAR):
         return Path(os.environ[STATE_VAR]).absolute()
-    checkout = data_dir().parent
-    if (checkout / "pyproject.toml").is_file():
-        return checkout / "build" / "sandbox"
+    found = checkout()
+    if found is not None:
+        return found / "build" / "sandbox"
     state_home = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
     return Path(state_home) / "chainermn-rt" / "sandbox"
 
@@ -93,7 +99,7 @@ def sandbox_settings(site: Site, nodes: int | None = None,
                      state_dir: str | Path | None = None,
                      stack: str | None = None) -> SandboxSettings:
     """The settings of ``site``'s sandbox; ``nodes``, ``state_dir`` and ``stack`` (CLI)
-    override it."""
+    override it (the stack: the profile's ``[sandbox] stack``, else the default)."""
     if stack is not None and stack not in STACKS:
         raise UserError(f"--stack: {stack!r} is not allowed; allowed: {', '.join(STACKS)}")
     if site.sandbox is None:
@@ -110,4 +116,5 @@ def sandbox_settings(site: Site, nodes: int | None = None,
                            nodes=min(count, most), hwloc_xml=site.sandbox.hwloc_xml,
                            scratch=tuple(sorted({p.local_scratch for p in site.partitions
                                                  if p.local_scratch})),
-                           accounting=site.sandbox.accounting, stack=stack or DEFAULT_STACK)
+                           accounting=site.sandbox.accounting,
+                           stack=stack or site.sandbox.stack or DEFAULT_STACK)

@@ -28,7 +28,7 @@ from pathlib import Path
 from chainermn_rt.sandbox import netns, scratch
 from chainermn_rt.sandbox.root import Bind, Root, enter_argv
 from chainermn_rt.sandbox.settings import DEBIAN13, SandboxSettings
-from chainermn_rt.site import data_dir
+from chainermn_rt.site import checkout
 
 MOUNT_HOSTS = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
 SET_HOSTNAME = 'hostname "$0" && exec "$@"'
@@ -55,9 +55,9 @@ class Launcher:
         venv) and the interpreter that venv links to."""
         state = self.settings.state_dir
         found = [Path("/tmp"), state]
-        checkout = data_dir().parent
-        if (checkout / "pyproject.toml").is_file():
-            found.append(checkout)
+        bundle = checkout()
+        if bundle is not None:
+            found.append(bundle)
         if sys.base_prefix not in _SYSTEM and not sys.base_prefix.startswith("/usr/"):
             found.append(Path(sys.base_prefix))
         unique = sorted({p for p in found if p.is_dir()}, key=lambda p: len(p.parts))

@@ -54,39 +54,65 @@ while :; do  # a trapped signal ends `wait` early: wait again, for the step's ow
   [ -n "$trapped" ] || break
 done
 # What follows the step is decided in chainermn_rt/stop_verdict.py, every case: the key holds
-# 1 or 0 for a snapshot written, a snapshot asked for, a resumable program, restarts left.
+# 1 or 0 for a snapshot written, a snapshot asked for, a resumable program, restarts left,
+# the job preempted (this Slurm requeues a preempted job itself once it ends).
 key=
 for fact in "$CHAINERMN_RT_STOP_FILE.done" "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.resumable"; do
   if [ -e "$fact" ]; then key+=1; else key+=0; fi
 done
 restarts=${SLURM_RESTART_COUNT:-0}
 if [ "$restarts" -lt 3 ]; then key+=1; next=$((restarts + 1)); else key+=0; fi
+preempted=0
+if [ -e "$CHAINERMN_RT_STOP_FILE" ]; then
+  case " $(scontrol -o show job "${SLURM_JOB_ID:-}" 2>/dev/null) " in
+    *" PreemptTime=None "*) ;;
+    *" PreemptTime="*) preempted=1 ;;
+  esac
+fi
+key+=$preempted
 snapshot=$(cat "$CHAINERMN_RT_STOP_FILE.done" 2>/dev/null) || snapshot=
 rm -f "$CHAINERMN_RT_STOP_FILE" "$CHAINERMN_RT_STOP_FILE.done" "$CHAINERMN_RT_STOP_FILE.resumable"
 job=${SLURM_JOB_ID:-}
 if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then job=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}; fi
 case $key in
-  1??1)
+  11??1)
+    printf 'chainermn-rt: %s\n' 'snapshot '"${snapshot}"' written; job '"${job}"' was preempted: Slurm requeues it (PreemptMode=REQUEUE)' >&2
+    exit 0
+    ;;
+  11?10)
     printf 'chainermn-rt: %s\n' 'snapshot '"${snapshot}"' written; requeueing job '"${job}"' (restart '"${next}"' of at most 3)' >&2
     scontrol requeue "$job"
     exit 0
     ;;
-  1??0)
+  10?1?)
+    printf 'chainermn-rt: %s\n' 'snapshot '"${snapshot}"' written; requeueing job '"${job}"' (restart '"${next}"' of at most 3)' >&2
+    scontrol requeue "$job"
+    exit 0
+    ;;
+  11?00)
     printf 'chainermn-rt: %s\n' 'snapshot '"${snapshot}"' written; not requeueing (3 restart(s) allowed, '"${restarts}"' done)' >&2
     exit 0
     ;;
-  0111)
+  10?0?)
+    printf 'chainermn-rt: %s\n' 'snapshot '"${snapshot}"' written; not requeueing (3 restart(s) allowed, '"${restarts}"' done)' >&2
+    exit 0
+    ;;
+  011?1)
+    printf 'chainermn-rt: %s\n' 'no snapshot within 105 s; the next run resumes from the one before; job '"${job}"' was preempted: Slurm requeues it (PreemptMode=REQUEUE)' >&2
+    exit 0
+    ;;
+  01110)
     printf 'chainermn-rt: %s\n' 'no snapshot within 105 s; the next run resumes from the one before; requeueing job '"${job}"' (restart '"${next}"' of at most 3)' >&2
     scontrol requeue "$job"
     exit 0
     ;;
-  0110)
+  01100)
     printf 'chainermn-rt: %s\n' 'no snapshot within 105 s; the next run resumes from the one before; not requeueing (3 restart(s) allowed, '"${restarts}"' done)' >&2
     ;;
-  010?)
+  010??)
     printf 'chainermn-rt: %s\n' 'the ranks wrote no snapshot (the program does not use chainermn_rt.resumable?); not requeueing' >&2
     ;;
-  00??)
+  00???)
     ;;
 esac
 exit "$status"
