@@ -16,6 +16,12 @@
 NODES: the MPI start, then the whole doctor at RANKS per node (its checks' verdicts recorded).
 Writes the figures as JSON and a PNG (``--out``, ``--plot``). Run as root, nothing else using
 the sandbox's namespaces: ``python -m bench.sandbox_costs [--nodes 1,2,4,8,16,32]``.
+
+``--stack debian13``: the same on the Debian 13 root's Slurm 24.11 and Open MPI 5 (the ranks
+run the checkout's venv there, its mpi4py on the nodes' Open MPI 5). ``--image X.sif`` (with
+debian13): the MPI start's and the job start's ranks run in the SIF instead (``apptainer
+exec``: the image's Open MPI 4.1 against Slurm's PMIx 5, the hybrid model; the job's ranks on
+the partition's CPU slots), and ``--full`` is the MPI start alone (the doctor stays bare metal).
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from chainermn_rt.job_request import Request
 from chainermn_rt.plan import make_plan
 from chainermn_rt.render import render
 from chainermn_rt.sandbox import Sandbox, mpi_crash
-from chainermn_rt.sandbox.settings import STATE_VAR
+from chainermn_rt.sandbox.settings import DEBIAN13, DEFAULT_STACK, STACKS, STATE_VAR
+from chainermn_rt.site import Site
 from chainermn_rt.submission import Cluster
 
 SITE = "sandbox-dgx"
@@ -73,12 +80,18 @@ def _env(sb: Sandbox) -> dict[str, str]:
     return {**sb.env(), **sb.site.environment, STATE_VAR: str(sb.state_dir)}
 
 
-def mpi_start(sb: Sandbox, nodes: int, per_node: int = 1, timeout: float = 900) -> dict:
+def python(image: Path | None) -> list[str]:
+    """The ranks' interpreter: the checkout's, or the SIF's (``apptainer exec IMAGE python3``)."""
+    return [sys.executable] if image is None else ["apptainer", "exec", str(image), "python3"]
+
+
+def mpi_start(sb: Sandbox, nodes: int, per_node: int = 1, timeout: float = 900,
+              image: Path | None = None) -> dict:
     """srun's wall time and the slowest rank's Init + Barrier. A start that hung (past
     ``timeout``) or showed Debian's Open MPI start-up crash (mpi_crash) is recorded and started
     once more, as the sandbox's policy for the crash is."""
     argv = ["srun", "--mpi=pmix", f"--nodes={nodes}", f"--ntasks-per-node={per_node}",
-            "--time=15", sys.executable, "-c", MPI_PROGRAM]
+            "--time=15", *python(image), "-c", MPI_PROGRAM]
 
 
     def launch() -> tuple[float, subprocess.CompletedProcess | str]:
@@ -108,11 +121,21 @@ def mpi_start(sb: Sandbox, nodes: int, per_node: int = 1, timeout: float = 900) 
     return {"srun_s": wall, "init_barrier_max_s": max(inits), "mpi_failed_starts": failures}
 
 
-def job_start(sb: Sandbox, nodes: int, folder: Path) -> dict:
+def cpu_only(site: Site) -> Site:
+    """``site`` with its partitions' slots without GPUs: the cpu image's ranks on the nodes'
+    CPU slots (a cpu SIF is refused for ranks with GPUs)."""
+    return replace(site, partitions=tuple(replace(p, topology=replace(
+        p.topology, slots=tuple(replace(s, gpu=None) for s in p.topology.slots)))
+        for p in site.partitions))
+
+
+def job_start(sb: Sandbox, nodes: int, folder: Path, image: Path | None = None) -> dict:
     folder.mkdir()
-    plan = make_plan(sb.site, Request(nodes=nodes, gpus_per_node=1, time="10",
-                                      python=sys.executable,
-                                      command=(sys.executable, "-c", START_PROGRAM, str(folder))))
+    where = dict(gpus_per_node=1, python=sys.executable) if image is None else \
+        dict(ranks_per_node=1, runtime="apptainer", image=str(image))
+    plan = make_plan(sb.site if image is None else cpu_only(sb.site), Request(  # the Plan
+        nodes=nodes, time="10", command=(sys.executable if image is None else "python3", "-c",
+                                         START_PROGRAM, str(folder)), **where))  # wraps it
     submitted = [time.time()]
     # the one submit-and-wait path, with its policy for Open MPI's start-up crash
     done = Cluster(sb.site, sb.slurm).run(
@@ -145,18 +168,19 @@ def doctor(sb: Sandbox, nodes: int, folder: Path, per_node: int = 1) -> dict:
                                    "no reports check")}
 
 
-def per_node_sandbox(nodes: int, tmp: Path) -> tuple[dict, dict]:
+def per_node_sandbox(nodes: int, tmp: Path, stack: str,
+                     image: Path | None) -> tuple[dict, dict]:
     """Every sandbox figure for ``nodes``; and a real rank report (for the synthetic ones)."""
     # one state folder for every count: job ids go on across restarts (each job's PMIx
     # namespace differs; a 16-node start from fresh ids hung once in MPI_Init, not reproduced)
-    sb = Sandbox.from_profile(SITE, nodes=nodes, state_dir=tmp / "state")
+    sb = Sandbox.from_profile(SITE, nodes=nodes, state_dir=tmp / "state", stack=stack)
     up_s, _ = _timed(sb.up)
     try:
         procs = sb.daemons()
         row = {"nodes": nodes, "up_s": up_s,
                "memory_mb": sum(_pss_mb(p["pid"]) for p in procs.values())}
-        row |= mpi_start(sb, nodes, timeout=MPI_TIMEOUT_S)
-        row |= job_start(sb, nodes, tmp / f"job-{nodes}")
+        row |= mpi_start(sb, nodes, timeout=MPI_TIMEOUT_S, image=image)
+        row |= job_start(sb, nodes, tmp / f"job-{nodes}", image)
         row |= doctor(sb, nodes, tmp / f"doctor-{nodes}")
         report = json.loads((tmp / f"doctor-{nodes}" / "ranks.json").read_text())[0]
     finally:
@@ -223,7 +247,7 @@ def bundle_part(template: dict, tmp: Path, repeat: int) -> list[dict]:
     return rows
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, where: str) -> None:
     fig, ax = plotting.axes(7, 5)
     nodes = [r["nodes"] for r in rows]
     for key, label in (("up_s", "sandbox up (until idle)"),
@@ -235,22 +259,23 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.plot(nodes, [r[key] for r in rows], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_xticks(nodes, [str(n) for n in nodes])
-    plotting.save(fig, ax, path, "Sandbox costs, 1 rank per node (2-core host)",
+    plotting.save(fig, ax, path, f"Sandbox costs, 1 rank per node (2-core host; {where})",
                   "nodes", "seconds")
 
 
-def full_run(nodes: int, per_node: int, tmp: Path) -> dict:
-    """``--full``: a fresh sandbox of ``nodes``; the MPI start, then the doctor, at
-    ``per_node`` ranks per node; a failure of either is recorded, not raised."""
-    sb = Sandbox.from_profile(SITE, nodes=nodes, state_dir=tmp / "state-full")
+def full_run(nodes: int, per_node: int, tmp: Path, stack: str, image: Path | None) -> dict:
+    """``--full``: a fresh sandbox of ``nodes``; the MPI start, then (bare metal) the doctor,
+    at ``per_node`` ranks per node; a failure of either is recorded, not raised."""
+    sb = Sandbox.from_profile(SITE, nodes=nodes, state_dir=tmp / "state-full", stack=stack)
     row: dict = {"nodes": nodes, "ranks_per_node": per_node, "utc": time.strftime(
         "%Y-%m-%d %H:%M:%S", time.gmtime())}
     sb.up()
+    steps = [("mpi", lambda: mpi_start(sb, nodes, per_node, timeout=FULL_TIMEOUT_S,
+                                        image=image))]
+    if image is None:
+        steps.append(("doctor", lambda: doctor(sb, nodes, tmp / "doctor-full", per_node)))
     try:
-        for name, step in (("mpi", lambda: mpi_start(sb, nodes, per_node,
-                                                      timeout=FULL_TIMEOUT_S)),
-                           ("doctor", lambda: doctor(sb, nodes, tmp / "doctor-full",
-                                                     per_node))):
+        for name, step in steps:
             try:
                 row |= step()
             except RuntimeError as err:
@@ -269,9 +294,18 @@ def main() -> int:
                         help="make_plan + render repetitions per node count")
     parser.add_argument("--full", default=None,
                         help="NODESxRANKS started once: MPI start, then the doctor")
+    parser.add_argument("--stack", choices=list(STACKS), default=DEFAULT_STACK,
+                        help="the sandbox's stack (default: %(default)s)")
+    parser.add_argument("--image", type=Path, default=None,
+                        help="with --stack debian13: the ranks of the MPI and job starts in "
+                             "this SIF (the hybrid model)")
     parser.add_argument("--out", type=Path, default=Path("bench/sandbox_costs.json"))
     parser.add_argument("--plot", type=Path, default=Path("bench/sandbox_costs.png"))
     args = parser.parse_args()
+    if args.image is not None and (args.stack != DEBIAN13 or not args.image.is_file()):
+        parser.error(f"--image: {args.image} must be a SIF file, with --stack {DEBIAN13} "
+                     "(Apptainer runs on its nodes)")
+    image = None if args.image is None else args.image.absolute()
     try:
         counts = [integer(1, 32)(n) for n in args.nodes.split(",")]
         full = [integer(1, 32)(args.full.split("x")[0]), integer(1, 8)(args.full.split("x")[1])] \
@@ -279,11 +313,13 @@ def main() -> int:
     except (argparse.ArgumentTypeError, IndexError) as err:
         parser.error(f"--nodes/--full: {err} (e.g. --nodes 1,2,4 --full 16x8)")
     out, png = output_file(args.out, "--out"), output_file(args.plot, "--plot")
-    result: dict = {"load_before": os.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="sandbox-costs-", dir="/var/tmp") as tmp:
+    result: dict = {"load_before": os.getloadavg(), "stack": args.stack,
+                    "image": None if image is None else str(image)}
+    # in /tmp: the debian13 stack's client commands and nodes see /tmp (not /var/tmp)
+    with tempfile.TemporaryDirectory(prefix="sandbox-costs-", dir="/tmp") as tmp:
         rows, template = [], None
         for nodes in counts:
-            row, template = per_node_sandbox(nodes, Path(tmp))
+            row, template = per_node_sandbox(nodes, Path(tmp), args.stack, image)
             rows.append(row)
             print(json.dumps(row), flush=True)
         result["sandbox"] = rows
@@ -291,10 +327,10 @@ def main() -> int:
         for row in result["bundle"]:
             print(json.dumps(row), flush=True)
         if full:
-            result["full"] = full_run(*full, Path(tmp))
+            result["full"] = full_run(*full, Path(tmp), args.stack, image)
     result["load_after"] = os.getloadavg()
     out.write_text(json.dumps(result, indent=1) + "\n")
-    plot(rows, png)
+    plot(rows, png, args.stack + (", ranks in the SIF" if image else ""))
     return 0
 
 
