@@ -17,7 +17,9 @@ import posixpath
 import re
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+from chainermn_rt import sif
 from chainermn_rt.errors import UserError
 from chainermn_rt.rank_contract import (
     RANK_LOG_PATTERN,
@@ -242,7 +244,7 @@ def _tasks(site: Site, part: Partition, req: Request) -> tuple[int, int]:
     return r, 0
 
 
-def _container(site: Site, req: Request, scratch: str | None
+def _container(site: Site, req: Request, part: Partition, scratch: str | None
                ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """(runtime, argv placed before the rank step, extra launcher flags); ``scratch``: a
     node-local folder the container must see too (staged data), bound at the same path."""
@@ -258,8 +260,58 @@ def _container(site: Site, req: Request, scratch: str | None
     if not image:
         raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
-    check_printable(image, "--image")
+    field = "--image" if req.image else "container.image"
+    check_printable(image, field)
+    if runtime in ("apptainer", "singularity"):
+        check_apptainer_image(image, field, gpus=part.topology.gpus > 0,
+                              where=f"partition {part.name!r}")
     return runtime, *container_argv(c, runtime, image)
+
+
+# What Apptainer reads as a registry or another engine's image, not as a file: `scheme:...`
+# (docker://, library://, oras://, docker-daemon:, docker-archive:, oci:, ...) or, unless it
+# starts with / ./ ../, a Docker reference with a tag or digest (`chainermn-rt:0.1.0-cpu`,
+# `ghcr.io/x/y@sha256:...`).
+APPTAINER_SCHEMES = re.compile(r"(docker|docker-daemon|docker-archive|oci|oci-archive|library|"
+                               r"oras|shub|https?):")
+DOCKER_REFERENCE = re.compile(r"(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9._-]+(?:/[a-z0-9._-]+)*"
+                              r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})")
+
+
+def check_apptainer_image(image: str, field: str, gpus: bool, where: str = "") -> str | None:
+    """Refuse what Apptainer would fetch from a registry (the bundle runs SIF files it built:
+    ``make sif``); where ``image`` is a file on this machine (the login node sees the cluster's
+    shared file systems), refuse one that is not a SIF, and a SIF of the cpu flavour (its
+    labels) for ranks with GPUs. Returns the SIF's flavour, or None (not here, not labelled).
+
+    >>> check_apptainer_image("/nowhere/x.sif", "--image", gpus=True) is None
+    True
+    >>> check_apptainer_image("chainermn-rt:0.1.0-cpu", "--image", gpus=False)
+    Traceback (most recent call last):
+    ...
+    chainermn_rt.errors.UserError: --image: 'chainermn-rt:0.1.0-cpu' is a registry's ...
+    """
+    explicit_path = image.startswith(("/", "./", "../"))
+    if APPTAINER_SCHEMES.match(image) or (not explicit_path and DOCKER_REFERENCE.fullmatch(image)):
+        raise UserError(f"{field}: {image!r} is a registry's or an engine's image reference, "
+                        "which apptainer would fetch on every node; allowed: the path of a SIF "
+                        "file (make sif FLAVOR=...; ./NAME for a file whose name has a ':')")
+    path = Path(image)
+    if not path.is_file():
+        return None  # not on this machine (or an image folder): the runtime says
+    try:
+        flavor = sif.flavor_of(sif.read_labels(path))
+    except sif.NotSif as err:
+        raise UserError(f"{field}: {image} is not a SIF file ({err}); allowed: a SIF built by "
+                        "make sif") from None
+    except OSError as err:
+        raise UserError(f"{field}: {image} cannot be read ({err.strerror}); allowed: a SIF "
+                        "file this user can read") from None
+    if gpus and flavor is not None and not flavor.startswith("gpu"):
+        raise UserError(f"{field}: {image} is the {flavor} image (its labels) and the ranks of "
+                        f"{where or 'this job'} use GPUs; allowed: a gpu flavour's SIF (make sif "
+                        "FLAVOR=gpu), or a partition without GPUs")
+    return flavor
 
 
 def container_argv(c: Container, runtime: str, image: str
@@ -355,7 +407,7 @@ def make_plan(site: Site, req: Request) -> Plan:
     job_name = check_printable(req.job_name, "--job-name")
     log = check_printable(req.log, "--log")
     runtime, container, pyxis_flags = _container(
-        site, req, part.local_scratch if req.stage else None)
+        site, req, part, part.local_scratch if req.stage else None)
     if req.python and "\0" in req.python:
         raise UserError("--python: contains a NUL byte; allowed: an interpreter's path or name")
     python = req.python or (site.container.python if runtime != "none" else site.python)
