@@ -265,7 +265,16 @@ def _container(site: Site, req: Request, part: Partition, scratch: str | None
     if runtime in ("apptainer", "singularity"):
         check_apptainer_image(image, field, gpus=part.topology.gpus > 0,
                               where=f"partition {part.name!r}")
+        cleared = [f for f in c.flags if f.split("=", 1)[0] in CLEAR_ENVIRONMENT]
+        if cleared:
+            raise UserError(f"container.flags: {cleared[0]} keeps the job's environment from the "
+                            f"ranks ({SLOTS_VAR}, Slurm's and PMIx's variables); allowed: flags "
+                            f"that keep it ({runtime} passes the caller's environment by default)")
     return runtime, *container_argv(c, runtime, image)
+
+
+# Apptainer's flags that start a container without the caller's environment
+CLEAR_ENVIRONMENT = ("--cleanenv", "-e", "--containall", "-C")
 
 
 # What Apptainer reads as a registry or another engine's image, not as a file: `scheme:...`

@@ -100,6 +100,19 @@ def test_a_profile_naming_apptainer_with_a_docker_image_is_one_line_exit_2(tmp_p
                            "has a ':')\n")
 
 
+@pytest.mark.parametrize("flag", ["--cleanenv", "-e", "--containall", "--cleanenv=true"])
+def test_flags_that_drop_the_ranks_environment_are_refused(flag, tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text(SANDBOX.read_text().replace(
+        '[container]\nruntime = "none"',
+        f'[container]\nruntime = "apptainer"\nimage = "/i/x.sif"\nflags = ["--writable-tmpfs", '
+        f'"{flag}"]'))
+    with pytest.raises(UserError, match=rf"^container.flags: {flag} keeps the job's environment "
+                                        "from the ranks \\(CHAINERMN_RT_SLOTS, Slurm's and "
+                                        "PMIx's variables\\); allowed: "):
+        make_plan(load_site(site), Request(nodes=1, partition="cpu", command=("x",)))
+
+
 def test_a_file_that_is_not_a_sif_is_refused_by_the_plan(tmp_path):
     image = tmp_path / "x.sif"
     image.write_text("not an image\n")
