@@ -79,7 +79,7 @@ image:  ## build FLAVOR=cpu|gpu|gpu-upstream|gpu-dali (ENGINE=docker|podman|buil
 image-doctor:  ## run `chainermn-rt doctor --image` inside the built FLAVOR image (exit 1 on any FAIL)
 	$(PYTHON) -m containers.build doctor --flavor $(FLAVOR)
 
-sif:  ## Apptainer/Singularity image of FLAVOR from the built image (FROM_DEF=1: from the .def)
+sif:  ## build/images/chainermn-rt-FLAVOR.sif from the built image (FROM_DEF=1: from the .def alone); the host's apptainer, else the Debian 13 root's
 	$(PYTHON) -m containers.build sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
 
 sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/

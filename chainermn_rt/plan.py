@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
+from chainermn_rt import sif
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request, checked
 from chainermn_rt.rank_contract import (
@@ -138,7 +139,7 @@ def _tasks(site: Site, part: Partition, req: Request) -> tuple[int, int]:
     return r, 0
 
 
-def _container(site: Site, req: Request, folders: tuple[str | None, ...]
+def _container(site: Site, req: Request, part: Partition, folders: tuple[str | None, ...]
                ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """(runtime, argv placed before the rank step, extra launcher flags); ``folders``: host
     folders the container must see too (staged data's node-local scratch, the metrics folder),
@@ -156,7 +157,21 @@ def _container(site: Site, req: Request, folders: tuple[str | None, ...]
     if not image:
         raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
+    field = "--image" if req.image else "container.image"
+    if runtime in ("apptainer", "singularity"):
+        # a cpu SIF where the ranks have GPUs is refused, but for the sandbox's fake ones
+        sif.check_image(image, field, gpus=part.topology.gpus > 0 and site.sandbox is None,
+                        where=f"partition {part.name!r}")
+        cleared = [f for f in c.flags if f.split("=", 1)[0] in CLEAR_ENVIRONMENT]
+        if cleared:
+            raise UserError(f"container.flags: {cleared[0]} keeps the job's environment from the "
+                            f"ranks ({SLOTS_VAR}, Slurm's and PMIx's variables); allowed: flags "
+                            f"that keep it ({runtime} passes the caller's environment by default)")
     return runtime, *container_argv(c, runtime, image)
+
+
+# Apptainer's flags that start a container without the caller's environment
+CLEAR_ENVIRONMENT = ("--cleanenv", "-e", "--containall", "-C")
 
 
 def container_argv(c: Container, runtime: str, image: str
@@ -251,7 +266,7 @@ def make_plan(site: Site, req: Request) -> Plan:
     req = checked(req, part, site.slurm_release)
     tasks_per_node, gpus = _tasks(site, part, req)
     runtime, container, pyxis_flags = _container(
-        site, req, (part.local_scratch if req.stage else None, site.metrics_textfile_dir))
+        site, req, part, (part.local_scratch if req.stage else None, site.metrics_textfile_dir))
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable

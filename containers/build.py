@@ -5,7 +5,8 @@ Example::
     python -m containers.build image --flavor cpu            # engine found on PATH, or ENGINE=
     python -m containers.build image --flavor gpu            # the Debian/PyPI gpu image
     python -m containers.build image --flavor cpu --base chainermn-rt/base:bookworm
-    python -m containers.build sif --flavor cpu              # apptainer or singularity
+    python -m containers.build sif --flavor cpu              # from the built image
+    python -m containers.build sif --flavor cpu --from-definition   # from the .def alone
     python -m containers.build sqfs --flavor cpu             # Charliecloud SquashFS (ch-convert)
     python -m containers.build doctor --flavor gpu           # `chainermn-rt doctor --image` inside
 
@@ -25,17 +26,22 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from chainermn_rt import apptainer
+from chainermn_rt.errors import EnvironmentProblem
+from chainermn_rt.sandbox.debian import host_mirror
+from containers import recipe
 from containers.base import make_base
 from containers.dockerd import DOCKER, Dockerd
 from containers.flavors import FLAVORS, debian_based
-from containers.recipe import CA_BUNDLE, CA_SECRET
+from containers.recipe import CA_SECRET, HOST_CA_ARG, MIRROR_ARG
 from containers.versions import load, package_version
 
 REPO = Path(__file__).resolve().parent.parent
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_CA = Path(recipe.HOST_CA)
 ENGINES = ("docker", "podman", "buildah")
 OUT = REPO / "build" / "images"
 
@@ -145,22 +151,84 @@ def image(flavor: str, engine_name: str | None, base: str | None) -> float:
     return seconds
 
 
-def sif(flavor: str, from_image: bool) -> Path:
-    tool = shutil.which("apptainer") or shutil.which("singularity")
-    if tool is None:
-        raise BuildError("neither apptainer nor singularity is installed: install Apptainer "
-                         "(https://apptainer.org/docs/admin/main/installation.html) or build the "
-                         "SIF on a machine that has it from containers/"
-                         f"{flavor}/chainermn-rt.def")
+def sif(flavor: str, from_image: bool) -> tuple[Path, float]:
+    """``build/images/chainermn-rt-FLAVOR.sif`` with a real Apptainer (the host's, else the
+    Debian 13 root's), written whole or not at all; (its path, the seconds it took).
+
+    From the built image (default): ``docker save`` to a tarball, then ``apptainer build
+    docker-archive:...``, which keeps the image's ENV (Apptainer's environment script), labels
+    and files.
+    From the definition: ``containers/FLAVOR/chainermn-rt.def`` with Apptainer alone, the Debian
+    flavours bootstrapped from the host's Debian mirror, the host's CA bundle copied into the
+    build stage only."""
+    try:
+        runner = apptainer.find(say=print)
+    except EnvironmentProblem as err:
+        raise BuildError(f"{err} (or build the SIF on a machine that has Apptainer, from "
+                         f"containers/{flavor}/chainermn-rt.def)") from None
     OUT.mkdir(parents=True, exist_ok=True)
     target = OUT / f"chainermn-rt-{flavor}.sif"
-    if from_image:
-        argv = [tool, "build", "--force", str(target), f"docker-daemon://{tag(flavor)}"]
-    else:
-        argv = [tool, "build", "--force", "--bind", f"{HOST_CA}:{CA_BUNDLE}", str(target),
-                str(REPO / "containers" / flavor / "chainermn-rt.def")]
-    subprocess.run(argv, check=True, cwd=REPO)
-    return target
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=".sif-", dir=OUT) as tmp:
+        work = Path(tmp)
+        (work / "tmp").mkdir()
+        # Apptainer's own scratch, and /tmp of the build's %post steps, on disk beside the SIF
+        env = {"APPTAINER_TMPDIR": str(work / "tmp")}
+        binds: list = [work, (work / "tmp", "/tmp")]
+        built = work / target.name
+        if from_image:
+            archive = work / "image.tar"
+            _save(flavor, archive)
+            args = ["build", "--disable-cache", str(built), f"docker-archive://{archive}"]
+        else:
+            args = ["build", "--disable-cache", *_definition_args(runner, flavor, work, binds),
+                    str(built), str(REPO / "containers" / flavor / "chainermn-rt.def")]
+            binds.append(REPO)
+        proc = runner.run(args, binds=binds, env=env, cwd=REPO)
+        if proc.returncode != 0:
+            raise BuildError(f"apptainer build of {target.name} ({runner.where}) exited "
+                             f"{proc.returncode}")
+        built.rename(target)
+    seconds = time.monotonic() - start
+    print(f"built {target} ({target.stat().st_size / 1e6:.0f} MB) with {runner.where} from the "
+          f"{'image' if from_image else 'definition'} in {seconds:.0f} s")
+    return target, seconds
+
+
+def _save(flavor: str, archive: Path) -> None:
+    """``docker save`` of the built image: the docker-archive Apptainer builds from (no
+    registry, no daemon socket inside the root)."""
+    with _null(_SystemDocker()) if _existing_docker() else Dockerd() as daemon:
+        if not _has_image(daemon, tag(flavor)):
+            raise BuildError(f"image {tag(flavor)} is not built: run `make image FLAVOR={flavor}` "
+                             "(or `make sif FROM_DEF=1` to build from the definition)")
+        subprocess.run([daemon.docker, "save", "-o", str(archive), tag(flavor)],
+                       env=daemon.env(), check=True)
+
+
+def _definition_args(runner: apptainer.Apptainer, flavor: str, work: Path,
+                     binds: list) -> list[str]:
+    """The build arguments of a definition: the host's Debian mirror (the Debian flavours) and
+    its CA bundle (an empty file where it has none); ``--fakeroot`` in the Debian 13 root,
+    where ``%post`` lacks CAP_SYS_RESOURCE as real root (its /etc/subuid maps root)."""
+    text = (REPO / "containers" / flavor / "chainermn-rt.def").read_text()
+    ca = HOST_CA if HOST_CA.exists() else work / "no-ca-bundle"
+    if ca != HOST_CA:
+        ca.touch()
+    args = []
+    if runner.root is not None:
+        args.append("--fakeroot")
+        inside = Path("/run/chainermn-rt-host-ca.crt")  # the root's own bundle stays as it is
+        binds.append((ca, inside))
+        ca = inside
+    if f"{{{{ {HOST_CA_ARG} }}}}" in text:
+        args += ["--build-arg", f"{HOST_CA_ARG}={ca}"]
+    if f"{{{{ {MIRROR_ARG} }}}}" in text:
+        try:
+            args += ["--build-arg", f"{MIRROR_ARG}={host_mirror()}"]
+        except EnvironmentProblem as err:
+            raise BuildError(str(err)) from None
+    return args
 
 
 def charliecloud_env() -> dict[str, str]:
@@ -280,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.what == "image":
             image(args.flavor, args.engine, args.base)
         elif args.what == "sif":
-            print(sif(args.flavor, not args.from_definition))
+            sif(args.flavor, not args.from_definition)
         elif args.what == "tag":
             print(tag(args.flavor))
         elif args.what == "doctor":

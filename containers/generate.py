@@ -18,7 +18,8 @@ from pathlib import Path
 from containers.blocks.bundle import SOURCES
 from containers.blocks.debian_source import PATCHES
 from containers.flavors import FLAVORS, recipe, versions_file
-from containers.recipe import Copy, to_docker, to_singularity
+from containers.recipe import Copy, Debootstrap, to_docker, to_singularity
+from containers.versions import load
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,12 +35,18 @@ def dockerignore(flavor: str) -> str:
             + "**/__pycache__\n**/*.pyc\n**/*.so\n")
 
 
+def debootstrap() -> Debootstrap:
+    """The Debian base the definitions bootstrap from the archive (no registry)."""
+    d = load()["debian"]
+    return Debootstrap(d["base"], d["suite"])
+
+
 def rendered(flavor: str) -> dict[Path, str]:
     r = recipe(flavor)
     folder = HERE / flavor
     return {folder / "Dockerfile": to_docker(r),
             folder / "Dockerfile.dockerignore": dockerignore(flavor),
-            folder / "chainermn-rt.def": to_singularity(r),
+            folder / "chainermn-rt.def": to_singularity(r, debootstrap()),
             folder / "VERSIONS": versions_file(flavor)}
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import textwrap
 
+import pytest
+
 from containers import compose
 from containers.blocks import (
     apt,
@@ -25,7 +27,17 @@ from containers.blocks import (
     ucx,
     user,
 )
-from containers.recipe import CA_PRELUDE, Block, Copy, Recipe, Run, Stage, to_docker, to_singularity
+from containers.recipe import (
+    CA_PRELUDE,
+    Block,
+    Copy,
+    Debootstrap,
+    Recipe,
+    Run,
+    Stage,
+    to_docker,
+    to_singularity,
+)
 
 from conftest import REPO
 
@@ -195,6 +207,24 @@ def test_openmpi_defaults_yield_to_the_caller_in_singularity():
     environment = text.split("%environment\n", 1)[1]
     assert '    export OMPI_MCA_pml="${OMPI_MCA_pml:-ucx}"\n' in environment
     assert '    export OMPI_MCA_pml="ucx"\n' in text.split("%environment")[0]  # build time
+
+
+def test_singularity_gets_the_ca_bundle_in_downloading_stages_and_debian_from_its_archive():
+    download = Run(("pip install x",), network=True)
+    recipe = Recipe("t", [Stage("build", "debian:12", [download]),
+                          Stage("runtime", "other:1", [Copy("/a", "/a", "build")])])
+    text = to_singularity(recipe, Debootstrap("debian:12", "bookworm"))
+    build, runtime = text.split("\nBootstrap: ")[1:]
+    assert build.startswith("debootstrap\nOSVersion: bookworm\nMirrorURL: {{ MIRROR }}\n"
+                            "Stage: build\n\n%arguments\n    HOST_CA=/etc/ssl/certs/ca-certificates.crt\n"
+                            "\n%files\n    {{ HOST_CA }} /run/secrets/ca-bundle\n")
+    assert f"    {CA_PRELUDE}\n    pip install x\n" in build
+    assert runtime.startswith("docker\nFrom: other:1\nStage: runtime\n\n%files from build\n")
+    assert "HOST_CA" not in runtime and "%arguments" not in runtime
+    # a download in the last stage would leave the bundle in the image: refused
+    recipe.stages[1].steps.append(download)
+    with pytest.raises(ValueError, match="t: a step of the last stage downloads"):
+        to_singularity(recipe)
 
 
 def test_openmpi_binary():

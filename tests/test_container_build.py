@@ -44,14 +44,23 @@ def test_buildah_builds_without_pulling():
     assert not any(a.startswith("BUILD_BASE=") for a in argv)
 
 
-def test_sif_without_apptainer_or_singularity_says_what_to_do(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "containers.build", "sif", "--flavor", "cpu"],
-                          cwd=REPO, capture_output=True, text=True, check=False,
-                          env={"PATH": str(tmp_path)})  # neither tool on this PATH
-    assert proc.returncode == 2
-    assert "neither apptainer nor singularity is installed" in proc.stderr
+def test_sif_without_any_apptainer_says_what_to_do(tmp_path):
+    """No apptainer or singularity on PATH, and a Debian 13 root that cannot be built (its
+    mirror does not answer): one line naming both and what to do, nothing written."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "containers.build", "sif", "--flavor", "cpu"], cwd=REPO,
+        capture_output=True, text=True, check=False, timeout=300,
+        env={"PATH": str(tmp_path), "HOME": str(tmp_path),  # neither tool on this PATH
+             "CHAINERMN_RT_ROOTS": str(tmp_path / "roots"),
+             "CHAINERMN_RT_DEBIAN_MIRROR": "http://127.0.0.1:9/debian"})  # nothing listens
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("containers/build.py sif: neither apptainer nor singularity is "
+                                  "on PATH, and the Debian 13 root that carries Apptainer is not "
+                                  "usable: the Debian 13 root cannot be built: "), proc.stderr
+    assert "http://127.0.0.1:9/debian cannot be reached" in proc.stderr
     assert "containers/cpu/chainermn-rt.def" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert not list((tmp_path / "roots").glob("debian13-*"))  # no root
 
 
 class _FakeEngine:

@@ -12,7 +12,16 @@ import pytest
 from containers import generate
 from containers.base import mirror_from_apt
 from containers.flavors import FLAVORS, recipe
-from containers.recipe import CA_PRELUDE, Copy, Recipe, Run, Stage
+from containers.recipe import (
+    CA_BUNDLE,
+    CA_PRELUDE,
+    HOST_CA_ARG,
+    MIRROR_ARG,
+    Copy,
+    Recipe,
+    Run,
+    Stage,
+)
 from containers.versions import load, python_pins
 
 from conftest import PYTHON, REPO
@@ -70,18 +79,37 @@ def _pair(line: str, sep: str) -> tuple[str, str]:
     return key, default.group(1) if default else value
 
 
+CA_FILES_LINE = f"{{{{ {HOST_CA_ARG} }}}} {CA_BUNDLE}"
+
+
+def _for_spython(definition: Path, tmp_path: Path) -> Path:
+    """The definition as spython reads it: spython knows only ``Bootstrap: docker`` (and takes
+    a comment naming a bootstrap for a header), so comments go and the debootstrap header
+    becomes the Debian image it stands for."""
+    d = generate.debootstrap()
+    text = "\n".join(line for line in definition.read_text().splitlines()
+                     if not line.startswith("#"))
+    text = text.replace(f"Bootstrap: debootstrap\nOSVersion: {d.suite}\nMirrorURL: "
+                        f"{{{{ {MIRROR_ARG} }}}}\n", f"Bootstrap: docker\nFrom: {d.image}\n")
+    (tmp_path / "spython.def").write_text(text)
+    return tmp_path / "spython.def"
+
+
 @pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f}-flavour")
-def test_singularity_definition_describes_the_dockerfile(flavor):
+def test_singularity_definition_describes_the_dockerfile(flavor, tmp_path):
     from spython.main.parse.parsers import SingularityParser
 
     folder = REPO / "containers" / flavor
     docker = _docker_stages((folder / "Dockerfile").read_text())
-    sing = SingularityParser(str(folder / "chainermn-rt.def")).recipe
+    sing = SingularityParser(str(_for_spython(folder / "chainermn-rt.def", tmp_path))).recipe
     assert list(sing) == list(docker) == ["build", "runtime"]
     for name, d in docker.items():
         s = sing[name]
         assert s.fromHeader == d["base"]
-        assert s.files == d["files"]
+        # the build host's CA bundle: copied into the stages that download, never the image
+        downloads = any(CA_PRELUDE in line for line in s.install)
+        assert s.files == ([CA_FILES_LINE] if downloads else []) + d["files"]
+        assert not (downloads and name == "runtime")
         assert s.layer_files == d["from"]
         assert [_pair(e, "=") for e in s.environ] == d["env"]
         assert [tuple(label.split(" ", 1)) for label in s.labels] == d["labels"]
@@ -89,6 +117,25 @@ def test_singularity_definition_describes_the_dockerfile(flavor):
                 and not c.startswith(("#", "export "))]
         assert post == d["run"]
     assert docker["runtime"]["user"] == f"{load()['image']['uid']}:{load()['image']['uid']}"
+
+
+@pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f}-flavour")
+def test_debian_definitions_bootstrap_from_the_archive_not_a_registry(flavor):
+    """Apptainer builds the Debian flavours from Debian's mirror (the MIRROR build argument,
+    default versions.toml's) and PyPI alone: no stage names a registry's image."""
+    text = (REPO / "containers" / flavor / "chainermn-rt.def").read_text()
+    d = generate.debootstrap()
+    headers = re.findall(r"^Bootstrap: .*\n(?:\w+: .*\n)*", text, flags=re.MULTILINE)
+    assert len(headers) == 2
+    if flavor == "gpu-upstream":  # NVIDIA's CUDA images: a registry
+        assert all(h.startswith("Bootstrap: docker\nFrom: nvidia/cuda:") for h in headers)
+        assert "MIRROR" not in text
+        return
+    assert headers == [f"Bootstrap: debootstrap\nOSVersion: {d.suite}\nMirrorURL: "
+                       f"{{{{ {MIRROR_ARG} }}}}\nStage: {name}\n" for name in ("build", "runtime")]
+    # no default: the builder's mirror, never one of ours
+    assert not re.search(rf"^\s+{MIRROR_ARG}=", text, flags=re.MULTILINE)
+    assert "Bootstrap: docker" not in text and d.image not in text
 
 
 @pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f"{f}-flavour")

@@ -149,6 +149,9 @@ def test_wrappers_for_each_runtime_pass_shellcheck():
      "chdir), for the profile's runtime charliecloud"),
     (["--site", "{tmp}/ap.toml", "--image", "{tmp}/imgdir"],
      "--image: {tmp}/imgdir is not what runtime apptainer runs; allowed: a .sif file"),
+    (["--site", "{tmp}/ap.toml", "--image", "{tmp}/img.sif"],
+     "--image: {tmp}/img.sif is not a SIF file (no SIF magic at byte 32); allowed: a .sif file "
+     "(make sif)"),
     (["--site", str(SANDBOX), "--prefix", "{tmp}/file/sw"],
      "--prefix: {tmp}/file/sw: {tmp}/file is not a writable folder; allowed:"),
     (["--site", str(SANDBOX), "--python", "/bin/false"],

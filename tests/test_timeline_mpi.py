@@ -11,6 +11,7 @@ import socket
 import subprocess
 
 import pytest
+from cpu_quota import cpu_quota
 from prometheus_client.parser import text_string_to_metric_families
 from timeline_fakes import check_trace
 
@@ -40,15 +41,16 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_slowed_rank_is_named_and_a_skewed_clock_corrected(tmp_path):
-    """Rank 1 computes its forward pass 4 times and its clock reads 5 s ahead."""
+    """Rank 1 runs a quarter of the time (a cgroup's CPU quota); its clock reads 5 s ahead."""
     copies = tmp_path / "metrics-copies"
     copies.mkdir()
     metrics_dir = tmp_path / "textfile"
     metrics_dir.mkdir()
-    folder, out = train(tmp_path, "slow", "--iterations", "60", "--slow-rank", "1",
-                        "--slow-factor", "4", "--skew-rank", "1", "--skew-seconds", "5",
-                        "--metrics-every", "0.05", "--metrics-copy", str(copies),
-                        extra_env={METRICS_DIR_VAR: str(metrics_dir)})
+    with cpu_quota(0.25) as cgroup:
+        folder, out = train(tmp_path, "slow", "--iterations", "60", "--slow-rank", "1",
+                            "--slow-cgroup", str(cgroup), "--skew-rank", "1", "--skew-seconds",
+                            "5", "--metrics-every", "0.05", "--metrics-copy", str(copies),
+                            extra_env={METRICS_DIR_VAR: str(metrics_dir)})
     assert f"chainermn-rt: slow node: rank 1 on {HOST}: compute " in out, out
     assert (folder / "slow-nodes.txt").read_text() == f"{HOST}\n"
     run = merge.load(folder)
@@ -83,7 +85,10 @@ def test_a_slowed_rank_is_named_and_a_skewed_clock_corrected(tmp_path):
 
 
 def test_a_balanced_job_names_none_and_a_second_run_appends_a_part(tmp_path):
-    folder, out = train(tmp_path, "even", "--iterations", "40", "--snapshot-every", "40")
+    # both ranks on one CPU: a load elsewhere on the machine (CI builds images meanwhile) falls
+    # on both alike
+    folder, out = train(tmp_path, "even", "--iterations", "40", "--snapshot-every", "40",
+                        "--one-cpu", "0")
     assert "chainermn-rt: slow node: none (" in out, out
     assert (folder / "slow-nodes.txt").read_text() == ""
     # the job requeued: the same folder, resumed from the snapshot, its restart count 1

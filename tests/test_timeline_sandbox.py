@@ -6,10 +6,12 @@ process per node, a thread per rank) and a report page, found by the job's id.""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from cpu_quota import cpu_quota
 from timeline_fakes import check_trace
 
 from chainermn_rt.job_request import Request
@@ -26,9 +28,11 @@ SITE = REPO / "slurm" / "sites" / "sandbox.toml"
 STARTED = " ranks, communicator "  # both examples' first line once MPI has started
 
 
-def run_job(sandbox, folder: Path, name: str, command: list[str], stage=()) -> tuple[str, str]:
+def run_job(sandbox, folder: Path, name: str, command: list[str], stage=(),
+            per_node: int = 2) -> tuple[str, str]:
     plan = make_plan(load_site(SITE), Request(
-        nodes=2, gpus_per_node=2, time="10", job_name=name, timeline=True, stage=tuple(stage),
+        nodes=2, gpus_per_node=per_node, time="10", job_name=name, timeline=True,
+        stage=tuple(stage),
         env=(("OMP_NUM_THREADS", "1"),), command=tuple(command)))
     script = folder / f"{name}.sh"
     script.write_text(render(plan))
@@ -38,7 +42,7 @@ def run_job(sandbox, folder: Path, name: str, command: list[str], stage=()) -> t
     return done.job, done.text
 
 
-def merged(folder: Path, job: str) -> dict:
+def merged(folder: Path, job: str, per_node: int = 2) -> dict:
     """`chainermn-rt timeline JOB` and `report JOB` from the job's working folder."""
     for command in ("timeline", "report"):
         proc = subprocess.run([PYTHON, "-m", "chainermn_rt", command, job], cwd=folder,
@@ -53,17 +57,23 @@ def merged(folder: Path, job: str) -> dict:
              if e["name"] == "process_name"}
     assert sorted(nodes.values()) == ["node1", "node2"]
     placed = {(nodes[e["pid"]], e["tid"]) for e in timed}
-    assert placed == {("node1", 0), ("node1", 1), ("node2", 2), ("node2", 3)}
+    assert placed == {(f"node{1 + rank // per_node}", rank) for rank in range(2 * per_node)}
     return trace
 
 
 def test_mnist_with_a_slowed_rank_names_its_node(sandbox, tmp_path):
-    job, text = run_job(sandbox, tmp_path, "mnist-timeline", [
-        PYTHON, str(REPO / "tests" / "programs" / "timeline_mnist.py"), "--iterations", "60",
-        "--unit", "100", "--n-train", "4000", "--n-test", "400", "--no-progress",
-        "--log-every", "20", "--slow-rank", "3", "--slow-factor", "4", "--out",
-        str(tmp_path / "result")])
-    assert "chainermn-rt: slow node: rank 3 on node2: compute " in text, text
+    """node2 is slow: its ranks, 2 and 3, run a quarter of the time (a cgroup's CPU quota).
+    (Its ranks share the machine's two CPUs with node1's, one of each node per CPU.)"""
+    with cpu_quota(0.25) as cgroup:
+        job, text = run_job(sandbox, tmp_path, "mnist-timeline", [
+            PYTHON, str(REPO / "tests" / "programs" / "timeline_mnist.py"), "--iterations",
+            "60", "--unit", "100", "--n-train", "4000", "--n-test", "400", "--no-progress",
+            "--log-every", "20", "--slow-rank", "2", "3", "--slow-cgroup", str(cgroup),
+            "--out", str(tmp_path / "result")])
+    # the host is named: one of its ranks or both (which one waits on the other is the
+    # scheduler's), never one of node1's
+    line = next(ln for ln in text.splitlines() if ln.startswith("chainermn-rt: slow node: "))
+    assert re.search(r"rank [23] on node2: compute ", line) and "node1" not in line, line
     slow = tmp_path / TIMELINE_FOLDER / job / "slow-nodes.txt"
     assert slow.read_text() == "node2\n"
     trace = merged(tmp_path, job)

@@ -24,11 +24,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from chainermn_rt.arguments import integer, output_file, seconds
-from chainermn_rt.errors import UserError, print_line
+from chainermn_rt.errors import EnvironmentProblem, UserError, print_line
+from chainermn_rt.install.layout import FLAVORS
 from chainermn_rt.request_arguments import add_site_arguments
 
-IMAGE_HELP = ("without --site: also compare with the image's /opt/chainermn_rt/VERSIONS; with "
-              "--site: the job's container image (overrides container.image)")
+IMAGE_HELP = ("without --site: --image alone (inside an image) also compares with the image's "
+              "/opt/chainermn_rt/VERSIONS, --image X.sif runs that check inside the SIF with "
+              "Apptainer; with --site: the job's container image (overrides container.image)")
 
 
 class _Options:
@@ -47,6 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_site_arguments(_Options(parser), required=False)  # without --site: the local check
     a = parser.add_argument
     a("--json", action="store_true", help="print the checks as JSON")
+    a("--flavor", choices=FLAVORS,
+      help="with --image X.sif: the flavour the SIF must be (its labels say); refused before "
+           "anything starts when it is another")
     a("--out", type=Path, help="with --site: the job's folder (new or empty) for its script, "
                                "log and reports; default: a new doctor-XXXXXXXX here")
     a("--exclude-bad", type=Path, metavar="FILE",
@@ -82,8 +87,9 @@ def _local(args: argparse.Namespace) -> int:
         if getattr(args, dest) not in (None, []):
             raise UserError(f"{flag}: checks a cluster; allowed: with --site SITE")
     if isinstance(args.image, str):
-        raise UserError(f"--image: {args.image!r} names a container image, used with --site; "
-                        "allowed: --image alone (compare with the image's VERSIONS)")
+        return _in_sif(args)
+    if args.flavor:
+        raise UserError("--flavor: checks a SIF's labels; allowed: with --image X.sif")
     checks = stack.run_checks(image=bool(args.image))
     if args.json:
         print(json.dumps(stack.as_json(checks), indent=2))
@@ -91,6 +97,33 @@ def _local(args: argparse.Namespace) -> int:
         for check in checks:
             print(format_line(check))
     return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def _in_sif(args: argparse.Namespace) -> int:
+    """``doctor --image`` inside the SIF ``args.image``, with the host's Apptainer or the Debian
+    13 root's; the SIF checked first (a file, a SIF, of ``--flavor``): nothing starts when not."""
+    from chainermn_rt import apptainer, sif
+
+    flavor = sif.check_image(args.image, "--image", gpus=False)
+    image = Path(args.image)
+    if not image.is_file():
+        raise UserError(f"--image: {args.image} is not a file; allowed: a SIF file (make sif), "
+                        "or --image alone inside an image")
+    if args.flavor and flavor != args.flavor:
+        what = f"the {flavor} image" if flavor else "not labelled as a chainermn-rt image"
+        raise UserError(f"--flavor: {args.image} is {what} (its labels); allowed: the "
+                        f"{args.flavor} flavour's SIF (make sif FLAVOR={args.flavor})"
+                        + (f", or --flavor {flavor}" if flavor else ""))
+    runner = apptainer.find(say=print_line)
+    image = image.resolve()
+    # the image's environment only; --nv: the host's GPU driver for the gpu flavours' checks
+    inner = ["exec", "--cleanenv", *(["--nv"] if (flavor or "").startswith("gpu") else []),
+             str(image), "chainermn-rt", "doctor", "--image", *(["--json"] if args.json else [])]
+    status = runner.run(inner, binds=[image.parent]).returncode
+    if status not in (0, 1):
+        raise EnvironmentProblem(f"--image: {runner.where} could not run the doctor in {image} "
+                                 f"(exit status {status}; its message is above)")
+    return status
 
 
 def _cluster(args: argparse.Namespace) -> int:
@@ -103,6 +136,9 @@ def _cluster(args: argparse.Namespace) -> int:
 
     if args.nodes is None:
         raise UserError("--nodes: missing; allowed: the number of nodes to check")
+    if args.flavor:
+        raise UserError("--flavor: checks a SIF's labels; allowed: without --site, with "
+                        "--image X.sif")
     if args.image is True:
         raise UserError("--image: with --site it names the job's container image; allowed: "
                         "--image IMAGE")

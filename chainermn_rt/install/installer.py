@@ -30,7 +30,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from chainermn_rt import version
+from chainermn_rt import sif, version
 from chainermn_rt.errors import UserError, message_value
 from chainermn_rt.files import (
     make_read_only,
@@ -118,6 +118,12 @@ def check_image(runtime: str, image: Path | None) -> Path | None:
         raise UserError(f"--image: {image} is not what runtime {runtime} runs; allowed: {phrase}")
     if image.is_dir():
         _image_entries(image)
+    elif kind == ".sif":
+        try:
+            sif.read_labels(image)
+        except sif.NotSif as err:
+            raise UserError(f"--image: {image} is not a SIF file ({err}); allowed: {phrase}"
+                            ) from None
     return image.absolute()
 
 
@@ -147,10 +153,13 @@ def _image_entries(image: Path) -> None:
 
 
 def image_flavor(image: Path | None, given: str | None) -> str:
-    """The flavour written in a folder image's VERSIONS, else ``given`` (default cpu)."""
+    """The flavour written in a folder image's VERSIONS or a SIF's labels, else ``given``
+    (default cpu)."""
     found = None
     if image is not None and image.is_dir():
         found = _read_versions(image).get("flavor")
+    elif image is not None and image.suffix == ".sif":
+        found = sif.flavor_of(sif.read_labels(image))  # a SIF: check_image read it
     if found and given and found != given:
         raise UserError(f"--flavor: {given}, but {image} is the {found} flavour; allowed: "
                         f"{found}, or leave it out")
