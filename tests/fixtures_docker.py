@@ -148,6 +148,15 @@ def cpu_image(engine):
 
 
 @pytest.fixture(scope="session")
+def cpu_sif(cpu_image, debian13_root) -> Path:
+    """build/images/chainermn-rt-cpu.sif from the suite's cpu image (`make sif FLAVOR=cpu`),
+    built once a session: tests/test_container_sif.py and the debian13 stack's jobs
+    (tests/test_jobs_debian13.py) use it."""
+    path, _ = image_build.sif("cpu", from_image=True)
+    return path
+
+
+@pytest.fixture(scope="session")
 def gpu_image(engine):
     """Tag of the gpu image: CUDA, cuDNN and NCCL wheels, UCX and Open MPI from Debian sources."""
     return _builds.image("gpu")

@@ -18,7 +18,6 @@ from chainermn_rt.plan import Request, make_plan
 from chainermn_rt.rank_contract import SLOTS_VAR
 from chainermn_rt.sandbox.root import Root, enter_argv, root_env, run_in_root
 from chainermn_rt.site import load_site
-from containers import build as image_build
 from containers.dockerd import DOCKER
 
 from conftest import PYTHON, REPO
@@ -27,13 +26,6 @@ pytestmark = pytest.mark.docker
 # what Apptainer itself sets in every container (the rest comes from the image)
 APPTAINER_OWN = ("APPTAINER_", "SINGULARITY_", "HOME", "LANG", "LD_LIBRARY_PATH", "PS1",
                  "PROMPT_COMMAND", "PWD", "OLDPWD", "TERM", "USER_PATH")
-
-
-@pytest.fixture(scope="session")
-def cpu_sif(cpu_image, debian13_root) -> Path:
-    """build/images/chainermn-rt-cpu.sif from the suite's cpu image (`make sif FLAVOR=cpu`)."""
-    path, _ = image_build.sif("cpu", from_image=True)
-    return path
 
 
 def _apptainer(root: Root, image: Path, *args: str, check=True) -> subprocess.CompletedProcess:
