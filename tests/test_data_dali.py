@@ -97,7 +97,9 @@ def test_training_reads_only_the_ranks_own_shards(data):
         assert it.epoch == 1 and it.is_new_epoch
         labels = [int(x) for b in epoch for x in b.labels][:source.length(0)]
         own = [m.name for i, m in enumerate(source.manifest.shards) if i in source.own_shards(0)]
-        assert sorted(labels) == sorted(labels_in(data, own))
+        left = sorted(labels_in(data, own))  # every rank reads as many: some may wait
+        for label in labels:
+            left.remove(label)
         assert all(b.images.shape == (4, 16, 16, 3) for b in epoch)
 
 

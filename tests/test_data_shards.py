@@ -161,12 +161,17 @@ def test_validation_reads_every_sample_once_across_ranks(tmp_path_factory, count
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(1, 7), min_size=1, max_size=8), st.integers(1, 4),
        st.integers(0, 3), st.integers(1, 5))
-def test_training_epochs_deal_whole_shards_once(tmp_path_factory, counts, size, epoch, buffer):
+def test_training_epochs_deal_shards_and_every_rank_reads_as_many(tmp_path_factory, counts,
+                                                                   size, epoch, buffer):
+    """Each rank reads from its own shards only, no sample twice, and as many samples as every
+    other rank (the fewest any rank's shards hold): an epoch ends at the same iteration on
+    every rank, whatever the shards hold (6 shards on 4 ranks once hung a job's per-epoch
+    evaluation)."""
     if len(counts) < size:
         return
     folder = tmp_path_factory.mktemp("shards")
     keys = write_folder(folder, counts)
-    seen = []
+    seen, lengths = [], set()
     for rank in range(size):
         source = sources.ShardSource(folder, rank, size, train=True, buffer=buffer, seed=5)
         got = [s.key for s in source.stream(epoch)]
@@ -175,7 +180,28 @@ def test_training_epochs_deal_whole_shards_once(tmp_path_factory, counts, size, 
         owned = {f"s{i}" for i in source.own_shards(epoch)}
         assert {k.split("_")[0] for k in got} <= owned
         seen += got
-    assert sorted(seen) == sorted(keys)
+        lengths.add(len(got))
+    fewest = min(sum(counts[i] for i in sources.ShardSource(folder, r, size, train=True,
+                                                            seed=5).own_shards(epoch))
+                 for r in range(size))
+    assert lengths == {fewest}
+    assert len(seen) == len(set(seen)) and set(seen) <= set(keys)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.integers(0, 3))
+def test_image_files_too_give_every_rank_as_many(tmp_path_factory, n, size, epoch):
+    if n < size:
+        return
+    folder = tmp_path_factory.mktemp("files")
+    (folder / "c").mkdir()
+    for i in range(n):
+        (folder / "c" / f"{i:03d}.jpg").write_bytes(b"x")
+    got = [[s.key for s in sources.FileSource(str(folder), rank, size, train=True,
+                                              seed=3).stream(epoch)] for rank in range(size)]
+    assert {len(g) for g in got} == {n // size}
+    flat = [k for g in got for k in g]
+    assert len(flat) == len(set(flat))
 
 
 def test_more_ranks_than_shards_is_refused_for_training(tmp_path):

@@ -141,12 +141,13 @@ def test_imagenet_synthetic_resnet50(tmp_path):
 @pytest.fixture(scope="module")
 def imagenet(tmp_path_factory):
     """A small ImageNet-like tree (3 classes, JPEGs of ImageNet's shapes at a fifth of the
-    size), its shards, and a validation list file."""
+    size), its shards (5 of them, 4 holding 5 images and one 4: the ranks' shards hold unequal
+    counts), and a validation list file."""
     root = tmp_path_factory.mktemp("imagenet")
     sizes = [(w // 5, h // 5) for w, h in synthetic.SIZES]
     synthetic.tree(root / "train", classes=3, per_class=8, sizes=sizes)
     synthetic.tree(root / "val", classes=3, per_class=3, sizes=sizes)
-    pack.pack(str(root / "train"), str(root / "train-shards"), pack.Options(shard_size=4))
+    pack.pack(str(root / "train"), str(root / "train-shards"), pack.Options(shard_size=5))
     pack.pack(str(root / "val"), str(root / "val-shards"), pack.Options(shard_size=2))
     (root / "val.txt").write_text("".join(
         f"{p.relative_to(root)} {int(p.parent.name[1:])}\n" for p in sorted(
@@ -161,7 +162,8 @@ def validation_images(out) -> set[int]:
 @pytest.mark.mpi
 def test_imagenet_from_shards_resumes_mid_epoch_bit_identically(tmp_path, imagenet):
     """ResNet-50 from shards, 2 ranks, 6 iterations straight vs resumed from iteration 2: mid
-    epoch (a rank's 3 shards hold 12 images, 3 batches of 4), with batches in the loader's
+    epoch (the ranks' shards hold 14 and 10 images or 15 and 9; each reads as many as the
+    other, 3 batches of 4, so the per-epoch evaluation meets), with batches in the loader's
     workers and the shuffle buffer: the same parameters. Validation counts each of the 9
     images once."""
     run = IMAGENET + ["--train", str(imagenet / "train-shards"), "--val",

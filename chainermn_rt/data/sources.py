@@ -65,7 +65,11 @@ def is_shard_folder(path: str | os.PathLike) -> bool:
 
 
 class ShardSource:
-    """A shard folder as read by ``rank`` of ``size`` ranks."""
+    """A shard folder as read by ``rank`` of ``size`` ranks. In training, each epoch deals
+    the shards anew and every rank reads the same number of samples, the fewest any rank's
+    shards hold (the rest wait for an epoch that deals them elsewhere): an epoch ends at the
+    same iteration on every rank, so extensions triggered per epoch (an evaluation's
+    allreduce) meet."""
 
     def __init__(self, folder: str | os.PathLike, rank: int = 0, size: int = 1, *,
                  train: bool, seed: int = 0, buffer: int = 1000):
@@ -87,16 +91,17 @@ class ShardSource:
     def total(self) -> int:
         return self.manifest.count
 
-    def own_shards(self, epoch: int) -> list[int]:
-        """Indices of the shards this rank reads in ``epoch`` (training)."""
+    def own_shards(self, epoch: int, rank: int | None = None) -> list[int]:
+        """Indices of the shards ``rank`` (default: this one) reads in ``epoch`` (training)."""
         order = list(range(len(self.manifest.shards)))
         _draw(self.seed, epoch, "shards").shuffle(order)
-        return order[self.rank::self.size]
+        return order[self.rank if rank is None else rank::self.size]
 
     def length(self, epoch: int) -> int:
         """How many samples this rank reads in ``epoch``."""
         if self.train:
-            return sum(self.manifest.shards[i].count for i in self.own_shards(epoch))
+            return min(sum(self.manifest.shards[i].count for i in self.own_shards(epoch, r))
+                       for r in range(self.size))
         start, stop = split(self.manifest.count, self.rank, self.size)
         return stop - start
 
@@ -106,14 +111,18 @@ class ShardSource:
         if self.train:
             rng = _draw(self.seed, epoch, f"buffer\0{self.rank}")
             own = [self.manifest.shards[i] for i in self.own_shards(epoch)]
-            return _shuffled(self._chain(own, on_close), rng, self.buffer)
+            return _shuffled(self._chain(own, on_close, self.length(epoch)), rng, self.buffer)
         return self._range(*split(self.manifest.count, self.rank, self.size), on_close)
 
-    def _chain(self, shards, on_close) -> Iterator[Sample]:
+    def _chain(self, shards, on_close, limit: int) -> Iterator[Sample]:
+        """The shards' samples in order, ``limit`` of them."""
+        taken = 0
         for shard in shards:
             path, n = str(self.folder / shard.name), 0
             for sample in read_lazily(path, on_close):
-                n += 1
+                if taken == limit:
+                    return
+                n, taken = n + 1, taken + 1
                 yield sample
             if n != shard.count:
                 raise DataError(f"{path}: {n} samples; its manifest says {shard.count} (a "
@@ -163,10 +172,10 @@ class FileSource:
         return len(self.pairs)
 
     def _mine(self, epoch: int):
-        if self.train:
+        if self.train:  # the same count on every rank (see ShardSource): the rest wait
             order = list(range(len(self.pairs)))
             _draw(self.seed, epoch, "files").shuffle(order)
-            return order[self.rank::self.size]
+            return order[self.rank::self.size][:len(self.pairs) // self.size]
         return range(*split(len(self.pairs), self.rank, self.size))
 
     def length(self, epoch: int) -> int:
