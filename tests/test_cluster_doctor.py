@@ -375,7 +375,8 @@ def _cli(*args, cwd=REPO):
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "2"], "--nodes: checks a cluster; allowed: with --site SITE"),
     (["--exclude-bad", "x"], "--exclude-bad: checks a cluster; allowed: with --site SITE"),
-    (["--image", "img.sif"], "--image: 'img.sif' names a container image, used with --site"),
+    (["--image", "img.sif"], "--image: img.sif is not a file; allowed: a SIF file (make sif), "
+                             "or --image alone inside an image"),
     (["--site", "sandbox"], "--nodes: missing; allowed: the number of nodes to check"),
     (["--site", "sandbox", "--nodes", "2", "--image"], "--image: with --site it names the "
                                                        "job's container image"),
