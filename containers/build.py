@@ -151,6 +151,13 @@ def image(flavor: str, engine_name: str | None, base: str | None) -> float:
     return seconds
 
 
+def sif_binds(work: Path) -> list:
+    """What a SIF build in the folder ``work`` binds into the root: ``work/tmp`` as /tmp (the
+    scratch of ``%post``, on disk), then ``work`` itself at its own path. In that order: a
+    checkout below /tmp (a CI clone) would have ``work`` hidden by a /tmp bound after it."""
+    return [(work / "tmp", "/tmp"), work]
+
+
 def sif(flavor: str, from_image: bool) -> tuple[Path, float]:
     """``build/images/chainermn-rt-FLAVOR.sif`` with a real Apptainer (the host's, else the
     Debian 13 root's), written whole or not at all; (its path, the seconds it took).
@@ -174,7 +181,7 @@ def sif(flavor: str, from_image: bool) -> tuple[Path, float]:
         (work / "tmp").mkdir()
         # Apptainer's own scratch, and /tmp of the build's %post steps, on disk beside the SIF
         env = {"APPTAINER_TMPDIR": str(work / "tmp")}
-        binds: list = [work, (work / "tmp", "/tmp")]
+        binds = sif_binds(work)
         built = work / target.name
         if from_image:
             archive = work / "image.tar"

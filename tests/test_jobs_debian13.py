@@ -32,7 +32,7 @@ from chainermn_rt.staging import FOLDER_PREFIX
 from conftest import PYTHON, REPO, json_objects
 from fixtures_sandbox import job_output, submit_text, user_folder
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.debian13]
 SITE = "sandbox-debian13"
 IMAGE_OS, NODE_OS = "Debian GNU/Linux 12 (bookworm)", "Debian GNU/Linux 13 (trixie)"
 DIGEST = re.compile(r"^rank (\d) parameters sha256 (\w+)$", re.MULTILINE)

@@ -16,7 +16,7 @@ from chainermn_rt.sandbox.root import load_pins, run_in_root
 from conftest import PYTHON
 from fixtures_sandbox import job_output, submit_text, user_folder
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.debian13]
 
 HELLO = """\
 import socket

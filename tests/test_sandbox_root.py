@@ -29,6 +29,8 @@ from conftest import PYTHON
 
 UNREACHABLE = "http://127.0.0.1:9/debian"  # the discard port: nothing listens
 
+pytestmark = pytest.mark.debian13
+
 
 def inside(root: Root, argv: list[str], **kwargs) -> str:
     proc = run_in_root(root, argv, capture_output=True, text=True, timeout=120, **kwargs)

@@ -19,6 +19,7 @@ from chainermn_rt.plan import make_plan
 from chainermn_rt.sandbox.root import run_in_root
 from chainermn_rt.sif import check_image
 from chainermn_rt.site import Container, load_site
+from containers import build as image_build
 
 from conftest import PYTHON, REPO
 
@@ -27,9 +28,12 @@ SANDBOX = REPO / "slurm/sites/sandbox.toml"
 
 @pytest.fixture(scope="module")
 def sifs(debian13_root, tmp_path_factory) -> dict[str, Path]:
-    """Tiny real SIFs labelled as the cpu and the gpu image, and one without our labels."""
+    """Tiny real SIFs labelled as the cpu and the gpu image, and one without our labels, built
+    with `make sif`'s binds in a folder below /tmp (pytest's), as a CI clone's would be."""
     folder = tmp_path_factory.mktemp("sifs")
+    assert str(folder).startswith("/tmp/")
     (folder / "empty").mkdir()
+    (folder / "tmp").mkdir()
     made = {}
     for name, title in (("cpu", "chainermn-rt-cpu"), ("gpu", "chainermn-rt-gpu"),
                         ("other", "someone-elses")):
@@ -38,7 +42,8 @@ def sifs(debian13_root, tmp_path_factory) -> dict[str, Path]:
             f"    org.opencontainers.image.title {title}\n    io.chainermn-rt.test {name}\n")
         proc = run_in_root(debian13_root, ["apptainer", "build", str(folder / f"{name}.sif"),
                                            str(folder / f"{name}.def")],
-                           binds=[folder], capture_output=True, text=True, timeout=120)
+                           binds=image_build.sif_binds(folder), capture_output=True,
+                           text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         made[name] = folder / f"{name}.sif"
     return made
