@@ -21,12 +21,10 @@ from pathlib import Path
 
 from chainermn_rt.arguments import output_file
 from chainermn_rt.errors import EnvironmentProblem, UserError, print_line
-from chainermn_rt.rank_contract import TIMELINE_FOLDER, TIMELINE_VAR
+from chainermn_rt.rank_contract import TIMELINE_FOLDER
+from chainermn_rt.timeline.records import HOW_TO
 
 JOB = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?\Z")
-HOW_TO = (f"turn the timeline on: `chainermn-rt render/submit --timeline`, the environment "
-          f"variable {TIMELINE_VAR}=FOLDER, or chainermn_rt.timeline(trainer, comm, "
-          f"directory=FOLDER) before trainer.run() (docs/timeline.md)")
 
 
 def folder_of(text: str, cwd: Path | None = None, slurm=None) -> Path:

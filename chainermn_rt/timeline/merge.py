@@ -21,7 +21,7 @@ import numpy
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.timeline import records
-from chainermn_rt.timeline.locate import HOW_TO
+from chainermn_rt.timeline.records import HOW_TO
 from chainermn_rt.timeline.straggler import WARMUP, Judge, slowest
 
 

@@ -36,6 +36,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chainermn_rt.rank_contract import TIMELINE_VAR
+
+# what a command that finds no records says
+HOW_TO = (f"turn the timeline on: `chainermn-rt render/submit --timeline`, the environment "
+          f"variable {TIMELINE_VAR}=FOLDER, or chainermn_rt.timeline(trainer, comm, "
+          f"directory=FOLDER) before trainer.run() (docs/timeline.md)")
+
 FORMAT = 1
 _FILE = re.compile(r"rank-(\d{5,})\.jsonl\Z")
 # the phases a step may hold besides extensions (``ext:NAME``)
