@@ -40,19 +40,22 @@ $(VENV)/.installed: pyproject.toml chainermn_rt/compat/chainer_fixes.py chainerm
 	$(PY) -m pip install -q --find-links $(WHEELS) -e '.[test,plot,dali]' $(WHEELS)/chainer-*.whl
 	touch $@
 
-# The Debian 13 root's tests that need no Docker image run in a second pytest beside the rest
-# (own sandbox and root; their output follows the first's): on 2 cores the suite takes minutes
-# less, as most tests wait on Slurm or MPI rather than compute.
-ROOT_TESTS := debian13 and not docker
+# make test runs two pytest processes side by side (their output one after the other): the
+# first, the tests on the Debian 12 sandbox and Docker's (the images build in the background
+# as it starts); the second, the tests that need neither (CPU-bound: they fill the time the
+# first spends waiting on Slurm, MPI and the image builds) and the Debian 13 root's that need
+# no Docker image (own root and sandbox). On 2 cores the suite takes minutes less.
+BESIDE := (debian13 and not docker) or not (slurm or docker or debian13)
+PYTEST := $(VENV)/bin/pytest -ra --durations=25
 
 test: setup  ## run the whole test suite (real MPI, Slurm 22.05 and 24.11, Docker, Charliecloud, Apptainer)
 	mkdir -p build/test-logs
-	$(VENV)/bin/pytest -ra -p no:cacheprovider -m '$(ROOT_TESTS)' > build/test-logs/debian13.log 2>&1 & \
+	$(PYTEST) -p no:cacheprovider -m '$(BESIDE)' > build/test-logs/beside.log 2>&1 & \
 	second=$$!; first=0; \
-	$(VENV)/bin/pytest -ra -m 'not ($(ROOT_TESTS))' || first=$$?; \
+	$(PYTEST) -m 'not ($(BESIDE))' || first=$$?; \
 	wait $$second && other=0 || other=$$?; \
-	echo "=== the second pytest (-m '$(ROOT_TESTS)'), exit status $$other:"; \
-	cat build/test-logs/debian13.log; \
+	echo "=== the second pytest (-m '$(BESIDE)'), exit status $$other:"; \
+	cat build/test-logs/beside.log; \
 	[ $$first -eq 0 ] && [ $$other -eq 0 ]
 
 test-fast: venv  ## tests that need neither the sandbox nor Docker

@@ -116,9 +116,11 @@ _builds: ImageBuilds | None = None
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Docker's tests last, and the images they need started in the background now."""
+    """Docker's tests last, those of the gpu image (built second, minutes after the cpu
+    image) after the others, and the images they need started in the background now."""
     global _builds
     docker = [item for item in items if "docker" in item.keywords]
+    docker.sort(key=lambda item: "gpu_image" in item.fixturenames)  # stable: file order kept
     items[:] = [item for item in items if "docker" not in item.keywords] + docker
     needed = {IMAGE_OF_FIXTURE[name] for item in docker for name in item.fixturenames
               if name in IMAGE_OF_FIXTURE}
