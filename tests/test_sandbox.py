@@ -351,3 +351,29 @@ def test_binding_bench_runs_the_demo_under_both_bindings(sandbox):
     [report] = [o for o in json_objects(proc.stdout) if "runs" in o]
     assert {k: len(v) for k, v in report["runs"].items()} == {"shared": 1, "spread": 1}
     assert all(v[0] > 0 for v in report["runs"].values())
+
+
+def test_mariadb_keeps_its_temporary_files_in_the_state_folder(tmp_path):
+    """The database's install runs with TMPDIR naming a folder that does not exist: MariaDB
+    would put its temporary tables there (or in the shared /tmp without TMPDIR, where a
+    sandbox's bootstrap once lost one while others started); the state folder's own is used."""
+    require_commands("mariadb-install-db")
+    from chainermn_rt.sandbox import accounting
+    from chainermn_rt.sandbox.daemons import last_log_line
+    from chainermn_rt.sandbox.settings import sandbox_settings
+    from chainermn_rt.site import load_site, resolve_site
+
+    s = sandbox_settings(load_site(resolve_site("sandbox")), state_dir=tmp_path / "state")
+    (s.state_dir / "log").mkdir(parents=True)
+    accounting.tmp_dir(s).mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "absent")}
+    done = subprocess.run(accounting.install_argv(s), capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert (accounting.data_dir(s) / "mysql").is_dir()
+    # a failed install's page of advice ends with a URL: the sandbox names the ERROR line
+    (s.state_dir / "log" / "mariadb-install.out").write_text(
+        "Installing MariaDB/MySQL system tables ...\nERROR: 1051  Unknown table 'x'\n"
+        "Installation of system tables failed!\n\nPlease report at https://mariadb.org/jira\n")
+    assert last_log_line(s, "mariadb-install").endswith(
+        "(mariadb-install.out: ERROR: 1051  Unknown table 'x')")

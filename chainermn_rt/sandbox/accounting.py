@@ -40,6 +40,12 @@ def data_dir(s: SandboxSettings) -> Path:
     return s.state_dir / "db"
 
 
+def tmp_dir(s: SandboxSettings) -> Path:
+    """MariaDB's temporary files: the sandbox's own, not the shared /tmp (a bootstrap once
+    lost a temporary table there while other sandboxes started beside it)."""
+    return s.state_dir / "db-tmp"
+
+
 def socket(s: SandboxSettings) -> Path:
     return s.state_dir / "run" / "mariadb.sock"
 
@@ -59,11 +65,13 @@ def account_of(site: Site) -> str:
 
 def install_argv(s: SandboxSettings) -> list[str]:
     return ["mariadb-install-db", *MARIADB_OPTIONS, f"--datadir={data_dir(s)}",
-            "--auth-root-authentication-method=socket", "--skip-test-db"]
+            f"--tmpdir={tmp_dir(s)}", "--auth-root-authentication-method=socket",
+            "--skip-test-db"]
 
 
 def mariadbd_argv(s: SandboxSettings) -> list[str]:
-    return ["mariadbd", *MARIADB_OPTIONS, f"--datadir={data_dir(s)}", f"--socket={socket(s)}",
+    return ["mariadbd", *MARIADB_OPTIONS, f"--datadir={data_dir(s)}", f"--tmpdir={tmp_dir(s)}",
+            f"--socket={socket(s)}",
             "--skip-networking", f"--pid-file={s.state_dir / 'run' / 'mariadb.pid'}",
             f"--log-error={s.state_dir / 'log' / 'mariadb.log'}"]
 
@@ -102,4 +110,5 @@ def load_file(site: Site, users: tuple[str, ...] = ()) -> str:
 
 def clear(s: SandboxSettings) -> None:
     """The database goes with the sandbox."""
-    shutil.rmtree(data_dir(s), ignore_errors=True)
+    for folder in (data_dir(s), tmp_dir(s)):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -74,6 +74,7 @@ def start_accounting(s: SandboxSettings, slurm: Slurm, start, wait_for,
     """A fresh database, mariadbd and slurmdbd in the head namespace, then the QOS, cluster,
     account and user in one ``sacctmgr`` run."""
     log = s.state_dir / "log" / "mariadb-install.out"
+    accounting.tmp_dir(s).mkdir(exist_ok=True)
     with open(log, "w") as out:
         try:
             done = subprocess.run([*launch.host(), *accounting.install_argv(s)],
@@ -122,14 +123,16 @@ def node_states(slurm: Slurm) -> dict[str, str]:
 
 
 def last_log_line(s: SandboxSettings, name: str | None) -> str:
-    """``see STATE/log`` and, for a daemon that exited, the last line of its log."""
+    """``see STATE/log`` and, for a daemon that exited, its log's last line that says ERROR
+    (MariaDB's install ends with a page of advice after it), else its last line."""
     where = f"see {s.state_dir / 'log'}"
     logs = [s.state_dir / "log" / f"{name}.log", s.state_dir / "log" / f"{name}.out"] \
         if name else []
     for log in logs:
         lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
         if lines:
-            return f"{where} ({log.name}: {lines[-1].strip()})"
+            shown = next((line for line in reversed(lines) if "ERROR" in line), lines[-1])
+            return f"{where} ({log.name}: {shown.strip()})"
     return where
 
 
