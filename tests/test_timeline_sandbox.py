@@ -67,7 +67,7 @@ def test_mnist_with_a_slowed_rank_names_its_node(sandbox, tmp_path):
     with cpu_quota(0.25) as cgroup:
         job, text = run_job(sandbox, tmp_path, "mnist-timeline", [
             PYTHON, str(REPO / "tests" / "programs" / "timeline_mnist.py"), "--iterations",
-            "60", "--unit", "100", "--n-train", "4000", "--n-test", "400", "--no-progress",
+            "60", "--unit", "400", "--n-train", "4000", "--n-test", "400", "--no-progress",
             "--log-every", "20", "--slow-rank", "2", "3", "--slow-cgroup", str(cgroup),
             "--out", str(tmp_path / "result")])
     # the host is named: one of its ranks or both (which one waits on the other is the
