@@ -54,8 +54,13 @@ def finished(sandbox, job_id: str, timeout: float = 300) -> str:
 def timeouts(sandbox):
     """Two jobs that run into time limits, submitted first so their minute overlaps the tests."""
     whole = submit_text(sandbox, job("sleep 600"), ["--time=1", "--nodes=1", "--job-name=tmo-job"])
-    step = submit_text(sandbox, job("srun --time=1 sleep 600 || true\necho script went on\nexit 0"),
-                       ["--time=5", "--nodes=1", "--job-name=tmo-step"])
+    # the script ends only once slurmctld has dropped the step's record, i.e. taken in its
+    # exit (the derived exit code): ended before, the job once kept DerivedExitCode 0:0
+    step = submit_text(sandbox, job(
+        "srun --time=1 sleep 600 || true\n"
+        'scontrol show job "$SLURM_JOB_ID" >/dev/null\n'  # scontrol answers here (set -e)
+        'while scontrol show step "$SLURM_JOB_ID.0" >/dev/null 2>&1; do sleep 1; done\n'
+        "echo script went on\nexit 0"), ["--time=5", "--nodes=1", "--job-name=tmo-step"])
     return whole, step
 
 
