@@ -41,8 +41,8 @@ def data_dir(s: SandboxSettings) -> Path:
 
 
 def tmp_dir(s: SandboxSettings) -> Path:
-    """MariaDB's temporary files: the sandbox's own, not the shared /tmp (a bootstrap once
-    lost a temporary table there while other sandboxes started beside it)."""
+    """MariaDB's temporary files: the sandbox's own, not the /tmp other sandboxes share (a
+    bootstrap once failed there, "Could not remove temporary table", while another started)."""
     return s.state_dir / "db-tmp"
 
 
