@@ -360,8 +360,8 @@ def test_binding_bench_runs_the_demo_under_both_bindings(sandbox):
 
 def test_mariadb_keeps_its_temporary_files_in_the_state_folder(tmp_path):
     """The database's install runs with TMPDIR naming a folder that does not exist: MariaDB
-    would put its temporary tables there (or in the shared /tmp without TMPDIR, where a
-    sandbox's bootstrap once lost one while others started); the state folder's own is used."""
+    would put its temporary tables there (or in the /tmp other sandboxes share, where a
+    bootstrap once failed, "Could not remove temporary table"); the state folder's own is used."""
     require_commands("mariadb-install-db")
     from chainermn_rt.sandbox import accounting
     from chainermn_rt.sandbox.daemons import last_log_line
