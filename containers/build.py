@@ -154,8 +154,13 @@ def image(flavor: str, engine_name: str | None, base: str | None) -> float:
 def sif_binds(work: Path) -> list:
     """What a SIF build in the folder ``work`` binds into the root: ``work/tmp`` as /tmp (the
     scratch of ``%post``, on disk), then ``work`` itself at its own path. In that order: a
-    checkout below /tmp (a CI clone) would have ``work`` hidden by a /tmp bound after it."""
-    return [(work / "tmp", "/tmp"), work]
+    checkout below /tmp (a CI clone) would have ``work`` hidden by a /tmp bound after it.
+    ``work/tmp`` is made as /tmp is, writable by all and sticky: apt's unprivileged ``_apt``
+    writes its temporary files there (without it apt-get update fails in the gpu ``.def``)."""
+    scratch = work / "tmp"
+    scratch.mkdir(exist_ok=True)
+    scratch.chmod(0o1777)
+    return [(scratch, "/tmp"), work]
 
 
 def sif(flavor: str, from_image: bool) -> tuple[Path, float]:
@@ -178,10 +183,9 @@ def sif(flavor: str, from_image: bool) -> tuple[Path, float]:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=".sif-", dir=OUT) as tmp:
         work = Path(tmp)
-        (work / "tmp").mkdir()
+        binds = sif_binds(work)
         # Apptainer's own scratch, and /tmp of the build's %post steps, on disk beside the SIF
         env = {"APPTAINER_TMPDIR": str(work / "tmp")}
-        binds = sif_binds(work)
         built = work / target.name
         if from_image:
             archive = work / "image.tar"

@@ -33,7 +33,6 @@ def sifs(debian13_root, tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("sifs")
     assert str(folder).startswith("/tmp/")
     (folder / "empty").mkdir()
-    (folder / "tmp").mkdir()
     made = {}
     for name, title in (("cpu", "chainermn-rt-cpu"), ("gpu", "chainermn-rt-gpu"),
                         ("other", "someone-elses")):
@@ -57,6 +56,19 @@ def test_labels_are_read_as_apptainer_inspect_reads_them(sifs, debian13_root):
     assert labels["io.chainermn-rt.test"] == "gpu" and sif.flavor_of(labels) == "gpu"
     assert sif.flavor_of(sif.read_labels(sifs["other"])) is None
     assert sif.is_sif(sifs["cpu"]) and not sif.is_sif(SANDBOX)
+
+
+def test_the_builds_tmp_is_writable_by_an_unprivileged_user(debian13_root, tmp_path):
+    """apt-get in a ``.def``'s %post writes its temporary files in /tmp as the user _apt (uid
+    42): with ``work/tmp`` made 0755 by root the gpu definition's second apt-get update failed
+    ("Couldn't create temporary file /tmp/apt.conf...")."""
+    binds = image_build.sif_binds(tmp_path)
+    proc = run_in_root(debian13_root, ["setpriv", "--reuid=42", "--regid=42", "--clear-groups",
+                                       "touch", "/tmp/written-by-apt"],
+                       binds=binds, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "tmp" / "written-by-apt").stat().st_uid == 42
+    assert image_build.sif_binds(tmp_path) == binds  # a second call finds the folder made
 
 
 def test_damaged_sifs_are_not_sifs(sifs, tmp_path):
