@@ -13,6 +13,7 @@ The templates in slurm/templates/ only format the Plan.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from chainermn_rt import sif
@@ -32,7 +33,7 @@ from chainermn_rt.rank_contract import (
 )
 from chainermn_rt.sbatch_options import owned
 from chainermn_rt.site import RANK_LAUNCHERS, RUNTIMES, Container, Partition, Site
-from chainermn_rt.slurm_rules import behaves
+from chainermn_rt.slurm_rules import behaves, pmix_folders
 from chainermn_rt.staging import VARIABLES as STAGE_VARIABLES
 from chainermn_rt.staging import Stage, plan_stage
 from chainermn_rt.stop_verdict import Rule, table
@@ -111,6 +112,8 @@ class Plan:
     stop: Stop | None = None
     stage: Stage | None = None
     timeline: Timeline | None = None
+    runtime: str = "none"
+    image: str | None = None  # what the ranks' container runs, as the runtime is given it
 
     @property
     def world_size(self) -> int:
@@ -144,10 +147,7 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     """(runtime, argv placed before the rank step, extra launcher flags); ``folders``: host
     folders the container must see too (staged data's node-local scratch, the metrics folder),
     each bound at the same path unless the profile's binds have it."""
-    c = site.container
-    for folder in filter(None, folders):
-        if not any(b.split(":")[0].rstrip("/") == folder for b in c.binds):
-            c = replace(c, binds=(*c.binds, f"{folder}:{folder}"))
+    c = _bound(site.container, filter(None, folders), "{folder}:{folder}")
     runtime = req.runtime or c.runtime
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime: {runtime!r} is not known; allowed: {' | '.join(RUNTIMES)}")
@@ -162,6 +162,9 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
         # a cpu SIF where the ranks have GPUs is refused, but for the sandbox's fake ones
         sif.check_image(image, field, gpus=part.topology.gpus > 0 and site.sandbox is None,
                         where=f"partition {part.name!r}")
+        if (req.launcher or site.launcher) == "srun" and site.srun_mpi.startswith("pmix"):
+            c = _bound(c, (f for f in pmix_folders(site.slurm_tmpfs, site.slurmd_spool_dir)
+                           if not _within(f, APPTAINER_MOUNTS)))
         cleared = [f for f in c.flags if f.split("=", 1)[0] in CLEAR_ENVIRONMENT]
         if cleared:
             raise UserError(f"container.flags: {cleared[0]} keeps the job's environment from the "
@@ -170,6 +173,21 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     return runtime, *container_argv(c, runtime, image)
 
 
+def _within(folder: str, tops: Iterable[str]) -> bool:
+    return any(f"{folder}/".startswith(top.rstrip("/") + "/") for top in tops)
+
+
+def _bound(c: Container, folders: Iterable[str], bind: str = "{folder}") -> Container:
+    """``c`` binding each folder too (``bind`` formatted with it), but where a bind of the
+    profile already holds it."""
+    for folder in folders:
+        if not _within(folder, [b.split(":")[0] for b in c.binds]):
+            c = replace(c, binds=(*c.binds, bind.format(folder=folder)))
+    return c
+
+
+# Apptainer binds these itself (apptainer.conf's `mount tmp`)
+APPTAINER_MOUNTS = ("/tmp", "/var/tmp")
 # Apptainer's flags that start a container without the caller's environment
 CLEAR_ENVIRONMENT = ("--cleanenv", "-e", "--containall", "-C")
 
@@ -284,4 +302,5 @@ def make_plan(site: Site, req: Request) -> Plan:
         stage=plan_stage(req.stage, part.local_scratch,
                          f"partition {part.name!r} of site {site.name!r}", req.nodes,
                          (*pyxis_flags, *container), python),
-        timeline=Timeline() if req.timeline else None)
+        timeline=Timeline() if req.timeline else None,
+        runtime=runtime, image=None if runtime == "none" else req.image or site.container.image)

@@ -51,7 +51,9 @@ from chainermn_rt.rank_contract import (
 from chainermn_rt.sbatch_options import PLAN_OPTIONS, claimed_by
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_GPUS_PER_NODE
 from chainermn_rt.slurm_rules import (
+    NODE_FOLDER_ALLOWED,
     VERSION_ALLOWED,
+    check_node_folder,
     check_printable,
     check_variable,
     parse_memory_mb,
@@ -158,6 +160,10 @@ class Site:
     metrics_textfile_dir: str | None = None
     # the cluster's Slurm, "24.11" (site init reads it); None: today's (slurm_rules.CHANGES)
     slurm_version: str | None = None
+    # slurm.conf's TmpFS and SlurmdSpoolDir (site init reads them); None: Slurm's defaults.
+    # A container sees the folders Slurm's PMIx plugin makes there (slurm_rules.pmix_folders)
+    slurm_tmpfs: str | None = None
+    slurmd_spool_dir: str | None = None
 
     @property
     def slurm_release(self) -> tuple[int, int] | None:
@@ -299,6 +305,11 @@ def _metrics_dir(t: _Table) -> str | None:
         raise UserError(f"{t.at('metrics_textfile_dir')}: {value!r} is not allowed; allowed: "
                         f"{METRICS_DIR_ALLOWED}")
     return value
+
+
+def _node_folder(t: _Table, key: str) -> str | None:
+    value = t.text(key, None, allowed=NODE_FOLDER_ALLOWED)
+    return None if value is None else check_node_folder(value, t.at(key))
 
 
 def _local_scratch(t: _Table, default: str | None) -> str | None:
@@ -543,7 +554,9 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         sbatch=_sbatch(t.get("sbatch", dict, {}), "sbatch"),
         sandbox=_sandbox(t.get("sandbox", dict, None), path),
         allreduce_busbw_gbps=_checks(t.get("checks", dict, None)),
-        metrics_textfile_dir=_metrics_dir(t), slurm_version=slurm_version)
+        metrics_textfile_dir=_metrics_dir(t), slurm_version=slurm_version,
+        slurm_tmpfs=_node_folder(t, "slurm_tmpfs"),
+        slurmd_spool_dir=_node_folder(t, "slurmd_spool_dir"))
     if not 0 <= site.max_requeues <= 1000:
         raise UserError(f"max_requeues: {site.max_requeues!r}; allowed: 0-1000")
     t.done()

@@ -175,3 +175,44 @@ def check_variable(name: str, where: str, version: tuple[int, int] | None) -> No
     raise UserError(f"{where}: {name} is Slurm's, made from the job's --cpus-per-task; set "
                     f"here, {effect} on Slurm {release}; allowed: any other variable (a "
                     "rank's CPUs come from the partition's cpus_per_node and slots)")
+
+
+# -- the folders Slurm's PMIx plugin hands a step's ranks ------------------------------------
+# Slurm's defaults where slurm.conf (and a profile) is silent
+DEFAULT_TMPFS, DEFAULT_SPOOL = "/tmp", "/var/spool/slurmd"
+NODE_FOLDER_ALLOWED = ("an absolute path as slurm.conf writes it (%n and %h for the node's "
+                       "name and host), without spaces, ',', ':' or '$'")
+_NODE_FOLDER = re.compile(r"/[^\s,:$]*\Z")
+
+
+def check_node_folder(value: str, where: str) -> str:
+    """``TmpFS`` or ``SlurmdSpoolDir`` as slurm.conf (or a profile) writes it.
+
+    >>> check_node_folder("/local/%n/tmp", "slurm_tmpfs")
+    '/local/%n/tmp'
+    >>> check_node_folder("/a:b", "slurm_tmpfs")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    chainermn_rt.errors.UserError: slurm_tmpfs: '/a:b' is not allowed; allowed: an absolute ...
+    """
+    if not _NODE_FOLDER.match(value) or not value.isprintable():
+        raise UserError(f"{where}: {message_value(value, quote=True)} is not allowed; "
+                        f"allowed: {NODE_FOLDER_ALLOWED}")
+    return value
+
+
+def pmix_folders(tmpfs: str | None, spool: str | None) -> tuple[str, ...]:
+    """The host folders holding what Slurm's PMIx plugin gives a step's ranks: the client's
+    temporary folder (``TmpFS/spmix_appdir_*``, where Open MPI makes its session folder) and
+    the server's (``SlurmdSpoolDir/pmix.JOB.STEP``). A container must see both; each is given
+    up to its first part that names the node (``%n``, ``%h``), the same path on every node.
+
+    >>> pmix_folders("/srv/sbx/tmp/%n", None)
+    ('/srv/sbx/tmp', '/var/spool/slurmd')
+    """
+    found = []
+    for value in (tmpfs or DEFAULT_TMPFS, spool or DEFAULT_SPOOL):
+        parts = value.rstrip("/").split("/")
+        fixed = next((i for i, part in enumerate(parts) if "%" in part), len(parts))
+        if fixed > 1:  # never the whole file system
+            found.append("/".join(parts[:fixed]))
+    return tuple(dict.fromkeys(found))

@@ -16,14 +16,16 @@ crash (chainermn_rt.sandbox.mpi_crash): on the sandbox, such a job is submitted 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from chainermn_rt.errors import JobFailed
+from chainermn_rt.errors import JobFailed, UserError
 from chainermn_rt.files import write_atomically
 from chainermn_rt.plan import Plan
+from chainermn_rt.reach import EXECUTE, READ, WRITE, Who, blocker
 from chainermn_rt.render import render
 from chainermn_rt.sandbox import mpi_crash
 from chainermn_rt.site import Site
@@ -39,6 +41,54 @@ class Finished(NamedTuple):
     state: FinalState
     log: Path | None
     text: str
+
+
+def job_user(plan: Plan) -> Who:
+    """Who the job runs as: sbatch's ``--uid``/``--gid`` where the Plan sets them, else us."""
+    options = dict(plan.sbatch)
+    if options.get("uid") is None:
+        return Who.this_process()
+    return Who.named(options["uid"], options.get("gid"), "sbatch.uid")
+
+
+def named_files(plan: Plan, cwd: Path) -> Iterator[tuple[str, Path, int]]:
+    """(what, path, access the job needs) of each file the job names that is on this machine:
+    its folder and log's, the image, the ranks' interpreter and our package under it, the
+    command's paths, the staged folders."""
+    yield "the job's folder (where it was submitted)", cwd, WRITE | EXECUTE
+    log = dict(plan.sbatch).get("output") or ""
+    if "/" in log and "%" not in log.rpartition("/")[0]:
+        yield "the job's log folder (--log)", cwd / log.rpartition("/")[0], WRITE | EXECUTE
+    if plan.image:  # a registry's reference is no file here: not judged
+        yield f"the image ({plan.runtime})", cwd / plan.image, READ
+    if plan.runtime == "none":
+        python = plan.rank_step[0]
+        if "/" in python:
+            yield "the ranks' interpreter", cwd / python, EXECUTE
+        if Path(python).absolute() == Path(sys.executable).absolute():
+            yield "the ranks' chainermn_rt", Path(__file__).parent, READ | EXECUTE
+    for i, arg in enumerate(plan.command):
+        path = cwd / arg
+        if "/" in arg and os.path.exists(path) and arg != plan.rank_step[0]:
+            yield (f"the command's argument {i}",
+                   path, READ | EXECUTE if i == 0 or path.is_dir() else READ)
+    for source in plan.stage.sources if plan.stage else ():
+        yield "--stage", Path(source), READ | EXECUTE
+
+
+def check_reach(plan: Plan, cwd: Path) -> None:
+    """UserError naming the first file the job names (:func:`named_files`) that the user it
+    runs as cannot reach from this machine (chainermn_rt.reach), before anything is
+    submitted: every rank would fail alike on the nodes."""
+    who = job_user(plan)
+    if who.uid == 0:
+        return
+    for what, path, need in named_files(plan, cwd):
+        reason = blocker(path, who, need)
+        if reason:
+            raise UserError(f"{what}: {path} is out of reach of {who} (uid {who.uid}), as whom "
+                            f"the job runs: {reason}; allowed: what that user may reach on "
+                            "every node, e.g. a shared project folder")
 
 
 def write_script(plan: Plan, path: Path) -> Path:
@@ -67,6 +117,7 @@ class Cluster:
                after: str | None = None) -> str:
         """Write ``script`` and submit it from ``cwd`` (default: its folder), where the job
         then runs; ``after``: once that job has ended, whatever its state. The job id."""
+        check_reach(plan, cwd or script.parent)
         write_script(plan, script)
         dependency = [f"--dependency=afterany:{after}"] if after else []
         return self.slurm.submit(script, dependency, cwd=cwd or script.parent)
@@ -87,6 +138,7 @@ class Cluster:
         start-up crash before its log showed ``started`` (mpi_crash) is submitted once more,
         and ``say`` told why; JobFailed when every try crashed so."""
         if plan is not None:
+            check_reach(plan, cwd or script.parent)
             write_script(plan, script)
 
         def launch() -> Finished:

@@ -87,16 +87,30 @@ def debian13_root() -> Root:
                     pytrace=False)
 
 
+# Where a site keeps what its users share (a project file system): outside /tmp and /var/tmp,
+# which Apptainer binds itself, and outside any home, so that what a job needs there is bound
+# as a site binds it, and reached by the user as on a cluster (docs/sandbox.md).
+SITE_FOLDER = Path("/srv/chainermn-rt-tests")
+
+
+def site_folder(prefix: str) -> Path:
+    """A new folder in :data:`SITE_FOLDER` that any user may enter."""
+    SITE_FOLDER.mkdir(mode=0o755, parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=SITE_FOLDER))
+    folder.chmod(0o755)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def sandbox_debian13(debian13_root):
     """The sandbox on the debian13 stack (Slurm 24.11, PMIx 5, Open MPI 5, Apptainer 1.4.5 from
     the Debian 13 root) of the shipped profile sandbox-debian13 (its ``[sandbox] stack``), one
-    for the session, in a state folder of its own beside the
-    ``sandbox`` fixture's: in /tmp, searchable by the root's unprivileged user, whose jobs need
-    its munge socket (pytest's own folders are root's only)."""
+    for the session, in a state folder of its own beside the ``sandbox`` fixture's: in
+    :data:`SITE_FOLDER`, searchable by the root's unprivileged user, whose jobs need its munge
+    socket (pytest's own folders are root's only, a clone's may be too). Its TmpFS and
+    SlurmdSpoolDir are there too, where no container sees them unless the job binds them."""
     require_commands("ip", "nsenter", "unshare")
-    folder = Path(tempfile.mkdtemp(prefix="chainermn-rt-debian13-"))
-    folder.chmod(0o755)
+    folder = site_folder("debian13-")
     sb = Sandbox.from_profile("sandbox-debian13", state_dir=folder / "state")
     try:
         sb.up()

@@ -330,6 +330,7 @@ SITE_OBJECTS["sandbox-bare"] = load_site(Path(WORK.name, "bare.toml"))
 @example(("cpu-cluster", Request(nodes=1, time="\n1\n", command=("x",))))  # found by it
 @example(("sandbox-bare", Request(nodes=1, memory="1G\n", command=("x",))))
 @example(("sandbox", Request(nodes=1, python="\0", command=("x",))))
+@example(("quad-gpu", Request(nodes=1, image="a" * 1000, command=("x",))))  # found by it
 def test_requests_plan_and_render_or_name_the_argument(site_and_request):
     name, request = site_and_request
     _plan_and_render(SITE_OBJECTS[name], request)

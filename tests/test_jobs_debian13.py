@@ -27,6 +27,7 @@ from chainermn_rt.sandbox import Sandbox, scratch
 from chainermn_rt.sandbox.root import load_pins, run_in_root
 from chainermn_rt.sandbox.settings import STATE_VAR
 from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.slurm_rules import pmix_folders
 from chainermn_rt.staging import FOLDER_PREFIX
 
 from conftest import PYTHON, REPO, json_objects
@@ -55,9 +56,10 @@ class Jobs:
     the same relative places."""
 
     sb: Sandbox
-    image: list[str]  # --runtime none, or the SIF (the profile's default, or --image)
+    image: list[str]  # --runtime none, or --image and the SIF in the users' shared folder
     tree: Path
-    as_user: Path  # the shipped profile with the user's #SBATCH --uid/--gid
+    profile: Path  # the shipped profile binding the users' shared folder, as a site would
+    as_user: Path  # that, with the user's #SBATCH --uid/--gid
 
     @property
     def env(self) -> dict[str, str]:
@@ -79,7 +81,7 @@ class Jobs:
         """``chainermn-rt submit --site sandbox-debian13 --nodes 2 ... [--wait] -- COMMAND``
         from ``cwd``; the job id when not waiting."""
         started = time.monotonic()
-        proc = self.cli(cwd, "submit", "--site", str(self.as_user) if user else SITE,
+        proc = self.cli(cwd, "submit", "--site", str(self.as_user if user else self.profile),
                         "--nodes", "2", "--time", "5", "--job-name", name, *self.image, *args,
                         *(["--wait", "--wait-timeout", "600"] if wait else []), "--",
                         *command)
@@ -99,6 +101,8 @@ class Jobs:
 
 @pytest.fixture(scope="module")
 def jobs(sandbox_debian13) -> Jobs:
+    """What a cluster's users do: programs copied to the shared folder (the sandbox's, outside
+    /tmp), which the profile binds into containers as sites bind their project file system."""
     sb = sandbox_debian13
     tree = user_folder(sb, "tree")
     for part in ("examples", "tests/programs"):
@@ -106,19 +110,31 @@ def jobs(sandbox_debian13) -> Jobs:
                         ignore=shutil.ignore_patterns("__pycache__"))
     for path in (tree, *tree.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
+    shared = tree.parent
+    text = resolve_site(SITE).read_text()
+    assert text.count("\n[container]\n") == 1
+    text = text.replace("\n[container]\n", f'\n[container]\nbinds = ["{shared}"]\n')
+    profile = user_folder(sb, "profile") / "site.toml"
+    profile.write_text(text)
     user = load_pins().user
-    as_user = user_folder(sb, "profile") / "as-user.toml"
-    as_user.write_text(resolve_site(SITE).read_text()
-                       + f'\n[sbatch]\nuid = "{user}"\ngid = "{user}"\n')
-    return Jobs(sb, ["--runtime", "none"], tree, as_user)
+    as_user = profile.with_name("as-user.toml")
+    as_user.write_text(f'{text}\n[sbatch]\nuid = "{user}"\ngid = "{user}"\n')
+    return Jobs(sb, ["--runtime", "none"], tree, profile, as_user)
 
 
 @pytest.fixture(scope="module")
-def in_sif(jobs, cpu_sif) -> Jobs:
-    """``jobs`` with the profile's runtime, Apptainer, and the suite's cpu SIF: the profile's
-    default image where the SIF is there (the checkout's build/images/)."""
-    default = load_site(resolve_site(SITE)).container.image
-    return replace(jobs, image=[] if Path(default) == cpu_sif else ["--image", str(cpu_sif)])
+def shared_sif(jobs, cpu_sif) -> Path:
+    """The suite's cpu SIF copied where the user may read it (the checkout may be private)."""
+    path = user_folder(jobs.sb, "images") / cpu_sif.name
+    shutil.copyfile(cpu_sif, path)
+    path.chmod(0o644)
+    return path
+
+
+@pytest.fixture(scope="module")
+def in_sif(jobs, shared_sif) -> Jobs:
+    """``jobs`` with the profile's runtime, Apptainer, and the suite's cpu SIF."""
+    return replace(jobs, image=["--image", str(shared_sif)])
 
 
 @pytest.mark.docker  # the SIF: made from the suite's cpu image
@@ -298,17 +314,21 @@ def test_imagenet_on_made_up_jpegs_staged_to_node_local_scratch(in_sif):
 
 
 @pytest.mark.docker  # the SIF: made from the suite's cpu image
-def test_the_hybrid_model_at_2x8_ranks(jobs, cpu_sif):
+def test_the_hybrid_model_at_2x8_ranks(jobs, shared_sif):
     """16 ranks of the SIF's Open MPI 4.1.4 with Debian 12's PMIx 4.2 client, started by Slurm
     24.11's PMIx 5 server, as the user (16 squashfuse mounts), 8 per node on nodes of 4
-    configured CPUs (``--overcommit``); a Barrier over all of them."""
+    configured CPUs (``--overcommit``); a Barrier over all of them. By hand, as a user would
+    write it: the shared folder and the folders Slurm's PMIx plugin hands the ranks bound."""
     folder = jobs.folder("hybrid")
     program = jobs.program("tests", "programs", "report_mpi.py")
     env = " ".join(f"{k}={v}" for k, v in load_site(resolve_site(SITE)).environment.items())
     user = load_pins().user
+    settings = jobs.sb.settings
+    binds = " ".join(f"--bind {f}" for f in (jobs.tree.parent, *pmix_folders(
+        settings.tmpfs, settings.spool_dir)))
     job = submit_text(jobs.sb, f"#!/bin/sh\nexport {env}\nsrun --mpi=pmix --ntasks=16 "
-                               f"--ntasks-per-node=8 --overcommit apptainer exec {cpu_sif} "
-                               f"python3 {program}\n",
+                               f"--ntasks-per-node=8 --overcommit apptainer exec {binds} "
+                               f"{shared_sif} python3 {program}\n",
                       ["--nodes=2", "--time=5", f"--uid={user}", f"--gid={user}",
                        f"--chdir={folder}"])
     state = jobs.sb.slurm.wait(job, timeout=600, poll=0.5)

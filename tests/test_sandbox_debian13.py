@@ -159,6 +159,9 @@ def test_site_init_profiles_slurm_24_11_and_site_check_live_agrees(sandbox_debia
     assert "# srun --mpi=list: none, pmix, cray_shasta, pmi2" in text  # 24.11's order
     assert "found: apptainer, singularity" in text  # the root's nodes have Apptainer
     assert 'slurm_version = "24.11"' in text  # the profile's Slurm decides (slurm_rules)
+    state = sandbox_debian13.state_dir
+    assert f'slurm_tmpfs = "{state}/tmp/%n"   # scontrol show config: TmpFS' in text
+    assert f'slurmd_spool_dir = "{state}/spool/%n"' in text
     live = subprocess.run([PYTHON, "-m", "chainermn_rt", "site", "check", str(out), "--live"],
                           env=sandbox_debian13.env(), capture_output=True, text=True,
                           check=False, timeout=300)

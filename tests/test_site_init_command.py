@@ -21,7 +21,8 @@ from conftest import REPO, folder_contents, require_commands
 
 CONFIG = ("AccountingStorageType   = accounting_storage/slurmdbd\nClusterName         = dgx\n"
           "SlurmctldHost[0]    = head(10.0.0.1)\nMpiDefault = pmix\n"
-          "SLURM_VERSION           = 23.11.10\n")
+          "SLURM_VERSION           = 23.11.10\nSlurmdSpoolDir          = /var/spool/slurmd\n"
+          "TmpFS                   = /local/%n/tmp\n")
 PARTITIONS = ("PartitionName=batch AllowGroups=ALL Default=YES MaxTime=2-00:00:00 "
               "Nodes=dgx[01-02] State=UP TotalCPUs=224 TotalNodes=2\n"
               "PartitionName=debug Default=NO MaxTime=UNLIMITED Nodes=dgx03 TotalNodes=1\n"
@@ -96,6 +97,8 @@ def test_a_dgx_cluster_gives_the_shipped_dgx_profiles_slots(tmp_path):
     assert site.partition("debug").max_time == "365-00:00:00"
     assert (site.name, site.launcher, site.srun_mpi, site.container.runtime,
             site.slurm_version) == ("dgx", "srun", "pmix", "none", "23.11")
+    # where Slurm's PMIx plugin gives the ranks their folders (plan: bound into containers)
+    assert (site.slurm_tmpfs, site.slurmd_spool_dir) == ("/local/%n/tmp", "/var/spool/slurmd")
     text = out.read_text()
     assert f"# {GPU_BUSIDS[0]}" in text and "# [container]" in text and "# [checks]" in text
     assert proc.stdout.splitlines()[-1].startswith(f"wrote {out}: site 'dgx', partitions "
@@ -205,6 +208,18 @@ def test_slurm_unreachable_is_exit_3(tmp_path):
     assert (proc.returncode, proc.stderr) == (3, "chainermn-rt site: error: scontrol show config"
                                               " failed (exit 1): scontrol: error: Unable to "
                                               "contact slurm controller\n")
+    assert not (tmp_path / "p.toml").exists()
+
+
+def test_a_tmpfs_no_profile_may_hold_is_exit_3_naming_it(tmp_path):
+    env = _stubs(tmp_path)
+    config = tmp_path / "stub/config"
+    config.write_text(CONFIG.replace("/local/%n/tmp", "/local/a,b"))
+    proc = _init(env, "--partition", "batch", "--output", str(tmp_path / "p.toml"))
+    assert (proc.returncode, proc.stderr) == (
+        3, "chainermn-rt site: error: scontrol show config: TmpFS: '/local/a,b' is not "
+        "allowed; allowed: an absolute path as slurm.conf writes it (%n and %h for the node's "
+        "name and host), without spaces, ',', ':' or '$'\n")
     assert not (tmp_path / "p.toml").exists()
 
 

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError
@@ -328,8 +329,14 @@ class Sandbox:
 def as_running(site: Site) -> Site:
     """A sandbox profile as its running sandbox serves it: every partition with the sandbox's
     node count (:func:`spanning`), so that ``submit --site sandbox --nodes 16`` after ``sandbox
-    up --nodes 16`` is allowed. Any other profile, or one whose sandbox is not up, as it is."""
+    up --nodes 16`` is allowed, and its TmpFS and SlurmdSpoolDir (where Slurm's PMIx plugin
+    gives the ranks their folders). Any other profile, or one whose sandbox is not up, as it
+    is."""
     if site.sandbox is None:
         return site
-    nodes = Sandbox(site, sandbox_settings(site)).running_nodes()
-    return site if nodes is None else spanning(site, nodes)
+    settings = sandbox_settings(site)
+    nodes = Sandbox(site, settings).running_nodes()
+    if nodes is None:
+        return site
+    return replace(spanning(site, nodes), slurm_tmpfs=settings.tmpfs,
+                   slurmd_spool_dir=settings.spool_dir)

@@ -70,6 +70,7 @@ def render_files(site: Site, settings: SandboxSettings, host_netns_inode: int = 
     memory = [p.memory_mb for p in site.partitions if p.memory_mb]
     values = {
         "site_path": str(site.path), "cluster": site.name, "state": str(settings.state_dir),
+        "tmpfs": settings.tmpfs, "spool_dir": settings.spool_dir,
         "controller_port": CONTROLLER_PORT, "slurmd_port": SLURMD_PORT,
         "nodes": nodes, "cpus": max(p.cpus_per_node for p in site.partitions),
         "memory_mb": max(memory) if memory else DEFAULT_MEMORY_MB, "gres": gres,

@@ -68,6 +68,16 @@ class SandboxSettings:
     def prefix(self) -> str:
         return prefix_for(self.state_dir)
 
+    @property
+    def tmpfs(self) -> str:
+        """slurm.conf's TmpFS: each node's own temporary folder in the state folder."""
+        return f"{self.state_dir}/tmp/%n"
+
+    @property
+    def spool_dir(self) -> str:
+        """slurm.conf's SlurmdSpoolDir."""
+        return f"{self.state_dir}/spool/%n"
+
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
 

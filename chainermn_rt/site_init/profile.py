@@ -63,6 +63,8 @@ class Facts:
     partitions: tuple[PartitionFacts, ...]
     topologies: tuple[TopologyFacts, ...]
     slurm_version: str | None = None  # "24.11", from scontrol show config's SLURM_VERSION
+    tmpfs: str | None = None  # its TmpFS
+    spool_dir: str | None = None  # its SlurmdSpoolDir
 
 
 def memory(mb: int) -> str:
@@ -111,6 +113,10 @@ def profile_text(facts: Facts, sources: str) -> str:
     if facts.slurm_version:
         lines.append(f"slurm_version = {toml(facts.slurm_version, 'slurm_version')}"
                      "   # scontrol show config: SLURM_VERSION")
+    for key, value, said in (("slurm_tmpfs", facts.tmpfs, "TmpFS"),
+                             ("slurmd_spool_dir", facts.spool_dir, "SlurmdSpoolDir")):
+        if value:
+            lines.append(f"{key} = {toml(value, key)}   # scontrol show config: {said}")
     if facts.socket_ifname:
         lines.append(f"socket_ifname = {toml(facts.socket_ifname, 'socket_ifname')}"
                      "   # the route to the controller, on the probed node")

@@ -39,7 +39,7 @@ from chainermn_rt.slurm_records import (
     gres_gpu_type,
     gres_gpus,
 )
-from chainermn_rt.slurm_rules import parse_time, slurm_version
+from chainermn_rt.slurm_rules import check_node_folder, parse_time, slurm_version
 
 PROBE_S = 600  # seconds the probe step may take, waiting for its node included
 UNLIMITED_AS = "365-00:00:00"  # a profile needs a max_time; Slurm's UNLIMITED becomes this
@@ -229,6 +229,15 @@ def _active_ports(node: str, report: node_report.NodeReport, made: list[Slot],
     return fixed
 
 
+def _node_folder(conf: dict[str, str], key: str) -> str | None:
+    """``scontrol show config``'s TmpFS or SlurmdSpoolDir (None where it names none)."""
+    value = conf.get(key)
+    try:
+        return None if value is None else check_node_folder(value, f"scontrol show config: {key}")
+    except UserError as err:  # the rule is the profile's; the value came from Slurm
+        raise EnvironmentProblem(str(err)) from None
+
+
 def survey(slurm: Slurm, wanted: list[str], name: str | None = None
            ) -> tuple[Facts, list[str], list[str]]:
     """(facts, warnings, the Slurm steps run) for the partitions ``wanted``."""
@@ -310,7 +319,8 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
         socket_ifname=ifnames.pop() if len(ifnames) == 1 else None,
         runtimes=tuple(sorted({x for r in reports.values() for x in r.runtimes})), pyxis=pyxis,
         partitions=tuple(partitions), topologies=tuple(shapes.values()),
-        slurm_version=version)
+        slurm_version=version, tmpfs=_node_folder(conf, "TmpFS"),
+        spool_dir=_node_folder(conf, "SlurmdSpoolDir"))
     if version is None:
         warnings.append("scontrol show config names no SLURM_VERSION: slurm_version not "
                         "written (the bundle then assumes today's Slurm)")
