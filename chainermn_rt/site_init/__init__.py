@@ -3,7 +3,8 @@
 :mod:`chainermn_rt.slurm_records`.
 
 - :mod:`.hwloc`: a node's ``lstopo --whole-system --of xml``: NUMA nodes, cores, GPUs and HCAs
-  with their PCIe switches;
+  with their PCIe switches; :mod:`.cores`: its cores and the NUMA nodes that hold them, by
+  hwloc's rules (caches between a core and its PUs, PUs without a core, CPUs in no NUMA node);
 - :mod:`.nvidia`: ``/proc/driver/nvidia/gpus/*/information`` (Slurm's GPU order follows the
   device minors) and ``nvidia-smi topo -m`` (a cross-check);
 - :mod:`.slots`: one slot per GPU in Slurm's order from the above;

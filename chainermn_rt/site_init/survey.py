@@ -189,10 +189,13 @@ def _topology(name: str, node: str, shape: Shape, report: node_report.NodeReport
     if not any(topo.numa.values()):
         raise EnvironmentProblem(f"{node}: {lstopo}: no NUMA node with cores; allowed: the "
                                  "topology of the whole node (hwloc 2)")
-    pus = sum(len(core) for cores in topo.numa.values() for core in cores)
-    if pus != shape.cpus:
-        warnings.append(f"{node}: Slurm has {shape.cpus} CPUs, hwloc sees {pus}")
-    highest = max(p for cores in topo.numa.values() for core in cores for p in core)
+    every = [p for core in topo.cores() for p in core]  # a core two NUMA nodes hold once
+    if len(every) != shape.cpus:
+        warnings.append(f"{node}: Slurm has {shape.cpus} CPUs, hwloc sees {len(every)}")
+    if topo.unplaced:
+        warnings.append(f"{node}: hwloc puts CPUs {cpu_list([p for c in topo.unplaced for p in c])}"
+                        " in no NUMA node's cpuset; no slot binds them")
+    highest = max(every)
     if highest >= shape.cpus:
         raise JobFailed(f"{node}: hwloc numbers its CPUs up to {highest}, Slurm's CPUTot is "
                         f"{shape.cpus}: a profile's CPU lists name CPUs 0-{shape.cpus - 1} only")
