@@ -13,10 +13,8 @@ The templates in slurm/templates/ only format the Plan.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from chainermn_rt import sif
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request, checked
 from chainermn_rt.rank_contract import (
@@ -31,8 +29,9 @@ from chainermn_rt.rank_contract import (
     TIMELINE_VAR,
     dump_slots,
 )
+from chainermn_rt.runtimes import RUNTIMES, runtime
 from chainermn_rt.sbatch_options import owned
-from chainermn_rt.site import RANK_LAUNCHERS, RUNTIMES, Container, Partition, Site
+from chainermn_rt.site import RANK_LAUNCHERS, Partition, Site
 from chainermn_rt.slurm_rules import behaves, pmix_folders
 from chainermn_rt.staging import VARIABLES as STAGE_VARIABLES
 from chainermn_rt.staging import Stage, plan_stage
@@ -146,76 +145,27 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
                ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """(runtime, argv placed before the rank step, extra launcher flags); ``folders``: host
     folders the container must see too (staged data's node-local scratch, the metrics folder),
-    each bound at the same path unless the profile's binds have it."""
-    c = _bound(site.container, filter(None, folders), "{folder}:{folder}")
-    runtime = req.runtime or c.runtime
-    if runtime not in RUNTIMES:
-        raise UserError(f"--runtime: {runtime!r} is not known; allowed: {' | '.join(RUNTIMES)}")
-    if runtime == "none":
-        return runtime, (), ()
-    image = req.image or c.image
+    each bound at the same path unless the profile's binds have it; the runtime's own checks
+    (chainermn_rt.runtimes) and, for one that binds them, the folders Slurm's PMIx plugin hands
+    the ranks (slurm_rules.pmix_folders) where it would not show them."""
+    name = req.runtime or site.container.runtime
+    kind = runtime(name)
+    if name == "none":
+        return name, (), ()
+    image = req.image or site.container.image
     if not image:
-        raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
+        raise UserError(f"--image: runtime {name!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
-    field = "--image" if req.image else "container.image"
-    if runtime in ("apptainer", "singularity"):
-        # a cpu SIF where the ranks have GPUs is refused, but for the sandbox's fake ones
-        sif.check_image(image, field, gpus=part.topology.gpus > 0 and site.sandbox is None,
-                        where=f"partition {part.name!r}")
-        if (req.launcher or site.launcher) == "srun" and site.srun_mpi.startswith("pmix"):
-            c = _bound(c, (f for f in pmix_folders(site.slurm_tmpfs, site.slurmd_spool_dir)
-                           if not _within(f, APPTAINER_MOUNTS)))
-        cleared = [f for f in c.flags if f.split("=", 1)[0] in CLEAR_ENVIRONMENT]
-        if cleared:
-            raise UserError(f"container.flags: {cleared[0]} keeps the job's environment from the "
-                            f"ranks ({SLOTS_VAR}, Slurm's and PMIx's variables); allowed: flags "
-                            f"that keep it ({runtime} passes the caller's environment by default)")
-    return runtime, *container_argv(c, runtime, image)
-
-
-def _within(folder: str, tops: Iterable[str]) -> bool:
-    return any(f"{folder}/".startswith(top.rstrip("/") + "/") for top in tops)
-
-
-def _bound(c: Container, folders: Iterable[str], bind: str = "{folder}") -> Container:
-    """``c`` binding each folder too (``bind`` formatted with it), but where a bind of the
-    profile already holds it."""
-    for folder in folders:
-        if not _within(folder, [b.split(":")[0] for b in c.binds]):
-            c = replace(c, binds=(*c.binds, bind.format(folder=folder)))
-    return c
-
-
-# Apptainer binds these itself (apptainer.conf's `mount tmp`)
-APPTAINER_MOUNTS = ("/tmp", "/var/tmp")
-# Apptainer's flags that start a container without the caller's environment
-CLEAR_ENVIRONMENT = ("--cleanenv", "-e", "--containall", "-C")
-
-
-def container_argv(c: Container, runtime: str, image: str
-                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(argv before a command that runs it in ``image``, extra srun flags) for a runtime
-    other than none; the job script's rank step and an install's wrappers use it.
-
-    >>> container_argv(Container(binds=("/data",)), "charliecloud", "/img")
-    (('ch-run', '--set-env', '-b', '/data', '/img', '--'), ())
-    """
-    binds = c.binds
-    if runtime in ("apptainer", "singularity"):
-        argv = [runtime, "exec", "--nv"]
-        for b in binds:
-            argv += ["--bind", b]
-        return (*argv, *c.flags, image), ()
-    if runtime == "charliecloud":
-        argv = ["ch-run", "--set-env"]
-        for b in binds:
-            argv += ["-b", b]
-        return (*argv, *c.flags, image, "--"), ()
-    # pyxis: the container is a property of the srun step, not a wrapper command.
-    flags = [f"--container-image={image}"]
-    if binds:
-        flags.append("--container-mounts=" + ",".join(binds))
-    return (), (*flags, *c.flags)
+    # a cpu SIF where the ranks have GPUs is refused, but for the sandbox's fake ones
+    kind.check(site.container, image, "--image" if req.image else "container.image",
+               gpus=part.topology.gpus > 0 and site.sandbox is None,
+               where=f"partition {part.name!r}")
+    c = kind.bind(site.container, filter(None, folders))
+    if kind.binds_pmix and (req.launcher or site.launcher) == "srun" and \
+            site.srun_mpi.startswith("pmix"):
+        c = kind.bind(c, pmix_folders(site.slurm_tmpfs, site.slurmd_spool_dir), "{0}",
+                      kind.own_mounts)
+    return name, *kind.step(c, image)
 
 
 def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,
@@ -224,10 +174,10 @@ def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,
     if launcher not in RANK_LAUNCHERS:
         raise UserError(f"--launcher: {launcher!r} is not known; allowed: "
                         + " | ".join(RANK_LAUNCHERS))
+    if launcher not in RUNTIMES[runtime].launchers:
+        raise UserError(f"--launcher: {launcher} cannot start {runtime} containers; allowed: "
+                        + " | ".join(RUNTIMES[runtime].launchers) + " (or another --runtime)")
     if launcher == "mpirun":
-        if runtime == "pyxis":
-            raise UserError("--launcher: mpirun cannot start pyxis containers; allowed: srun "
-                            "(or another --runtime)")
         # The per-rank step binds CPUs itself, so the launcher must not.
         return ("mpirun", "--bind-to", "none", "--map-by", f"ppr:{tasks_per_node}:node")
     return ("srun", f"--mpi={site.srun_mpi}", "--cpu-bind=none", "--kill-on-bad-exit=1",

@@ -48,6 +48,7 @@ from chainermn_rt.rank_contract import (
     check_settings,
     parse_cpu_list,
 )
+from chainermn_rt.runtimes import NAMES, RUNTIMES, Container
 from chainermn_rt.sbatch_options import PLAN_OPTIONS, claimed_by
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_GPUS_PER_NODE
 from chainermn_rt.slurm_rules import (
@@ -66,7 +67,6 @@ from chainermn_rt.slurm_rules import (
 SITE_VAR = "CHAINERMN_RT_SITE"
 RANK_LAUNCHERS = ("srun", "mpirun")  # what a job script starts its ranks with
 SRUN_MPI = ("pmix", "pmi2")
-RUNTIMES = ("none", "apptainer", "singularity", "charliecloud", "pyxis")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 MAX_NODES = 1_000_000  # in a partition; a profile's larger count is a mistake
@@ -74,8 +74,6 @@ MAX_PROFILE_BYTES = 1 << 20  # the shipped profiles are 2 KB at most
 SANDBOX_MAX_NODES = 32  # the paper's 16 nodes and twice that (docs/sandbox.md)
 # whose Slurm, MPI and Apptainer a sandbox runs (chainermn_rt/sandbox/stacks.py)
 SANDBOX_STACKS = ("debian12", "debian13")
-# runtimes whose image is a file or folder: a sandbox profile's relative one is the checkout's
-FILE_IMAGE_RUNTIMES = ("apptainer", "singularity", "charliecloud")
 # Signals the batch shell may trap for the time limit or preemption (--signal=B:SIG@SECONDS).
 BATCH_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "URG", "XCPU")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")
@@ -106,15 +104,6 @@ class Partition:
     sbatch: tuple[tuple[str, str | None], ...] = ()  # extra options; None: a flag
     # a node-local folder on every node (its own, not shared): where --stage copies data
     local_scratch: str | None = None
-
-
-@dataclass(frozen=True)
-class Container:
-    runtime: str = "none"
-    image: str | None = None
-    binds: tuple[str, ...] = ()
-    flags: tuple[str, ...] = ()
-    python: str = "python3"
 
 
 @dataclass(frozen=True)
@@ -390,9 +379,9 @@ def _container(data: Any, sandbox: bool) -> Container:
     files: a relative image of a file-based runtime is the checkout's (``make sif`` writes
     build/images/ there), as the sandbox's state folder is (:func:`checkout`)."""
     t = _Table(data, "container")
-    runtime = t.choice("runtime", RUNTIMES, "none")
+    runtime = t.choice("runtime", NAMES, "none")
     image = t.text("image", None)
-    base = checkout() if sandbox and runtime in FILE_IMAGE_RUNTIMES else None
+    base = checkout() if sandbox and RUNTIMES[runtime].file_image else None
     if image and base is not None and not posixpath.isabs(image) and ":" not in image:
         image = str(base / image)
     c = Container(

@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from chainermn_rt import quoting
+from chainermn_rt import quoting, runtimes
 from chainermn_rt.errors import UserError
 from chainermn_rt.install import installer, modulefiles, wrappers
 from chainermn_rt.install.layout import Layout
-from chainermn_rt.plan import container_argv
 from chainermn_rt.rank_contract import Slot
 from chainermn_rt.reframe.config import config_text, configuration
-from chainermn_rt.site import Container, load_site
+from chainermn_rt.runtimes import Container
+from chainermn_rt.site import load_site
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts, profile_text
 
 from conftest import REPO, require_commands
@@ -244,7 +244,7 @@ def test_a_wrapper_hands_its_runtime_exactly_the_argv(tmp_path, runtime, image, 
         stub(Path(venv) / "bin", "python3")
         argv = [f"{venv}/bin/python3"]
     else:
-        words = [*container_argv(container, runtime, image)[0], python]
+        words = [*runtimes.runtime(runtime).step(container, image)[0], python]
         stub(bin_dir, words[0])
         argv = [str(bin_dir / words[0]), *words[1:]]
     assert run_wrapper(text, tmp_path, f"{bin_dir}:/usr/bin:/bin") == [*argv, "-c", "x y"]

@@ -17,7 +17,8 @@ import pytest
 from fixtures_install import LMOD_INIT, install
 
 from chainermn_rt.install import wrappers
-from chainermn_rt.site import Container, load_site
+from chainermn_rt.runtimes import Container
+from chainermn_rt.site import load_site
 
 from conftest import REPO, folder_contents, require_commands
 

@@ -16,9 +16,10 @@ from chainermn_rt import sif
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request
 from chainermn_rt.plan import make_plan
+from chainermn_rt.runtimes import Container, runtime
 from chainermn_rt.sandbox.root import run_in_root
 from chainermn_rt.sif import check_image
-from chainermn_rt.site import Container, load_site
+from chainermn_rt.site import load_site
 from containers import build as image_build
 
 from conftest import PYTHON, REPO
@@ -127,7 +128,7 @@ def test_flags_that_drop_the_ranks_environment_are_refused(flag, tmp_path):
         f'[container]\nruntime = "apptainer"\nimage = "/i/x.sif"\nflags = ["--writable-tmpfs", '
         f'"{flag}"]'))
     with pytest.raises(UserError, match=rf"^container.flags: {flag} keeps the job's environment "
-                                        "from the ranks \\(CHAINERMN_RT_SLOTS, Slurm's and "
+                                        "from the ranks \\(their slot table, Slurm's and "
                                         "PMIx's variables\\); allowed: "):
         make_plan(load_site(site), Request(nodes=1, partition="cpu", command=("x",)))
 
@@ -201,9 +202,7 @@ def test_flavor_without_a_sif_is_refused(tmp_path):
 def test_the_container_argv_is_unchanged_for_apptainer():
     """--nv on every partition: Apptainer 1.4.5 says nothing about it on a host without a GPU
     (tests/test_container_sif.py runs it), and it brings the driver in on a GPU node."""
-    from chainermn_rt.plan import container_argv
-
-    argv, flags = container_argv(Container("apptainer", binds=("/data:/data:ro",)), "apptainer",
-                                 "/i/x.sif")
+    argv, flags = runtime("apptainer").step(Container("apptainer", binds=("/data:/data:ro",)),
+                                            "/i/x.sif")
     assert argv == ("apptainer", "exec", "--nv", "--bind", "/data:/data:ro", "/i/x.sif")
     assert flags == ()

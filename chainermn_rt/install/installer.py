@@ -42,17 +42,12 @@ from chainermn_rt.files import (
 from chainermn_rt.install import modulefiles, wrappers
 from chainermn_rt.install.layout import FLAVORS, NAME, Layout
 from chainermn_rt.quoting import comment, toml
+from chainermn_rt.runtimes import RUNTIMES
 from chainermn_rt.site import MAX_PROFILE_BYTES, Site, load_site, parse_site
 
 # what the host's chainermn-rt imports (render's templates); wheels for the host's Python
 HOST_DEPENDENCIES = ("jinja2", "markupsafe")
 HOST_WHEELS = ("chainermn_rt", *HOST_DEPENDENCIES)
-# the image each runtime can run, as a check and a phrase for the error
-IMAGE_KINDS = {"charliecloud": ("dir", "a Charliecloud image folder (python -m "
-                                        "containers.build chdir)"),
-               "apptainer": (".sif", "a .sif file (make sif)"),
-               "singularity": (".sif", "a .sif file (make sif)"),
-               "pyxis": (".sqsh", "a squashfs file ending in .sqsh (make sqfs)")}
 VERSIONS_IN_IMAGE = Path("opt/chainermn_rt/VERSIONS")
 # what a prefix never holds: PATH's separator, and what Environment Modules expands in MODULEPATH
 PREFIX_NEVER = ":{}[\\$"
@@ -106,7 +101,7 @@ def check_image(runtime: str, image: Path | None) -> Path | None:
             raise UserError(f"--image: {image}: the profile's runtime is none, which runs no "
                             "image; allowed: no --image, or a profile with a container runtime")
         return None
-    kind, phrase = IMAGE_KINDS[runtime]
+    kind, phrase = RUNTIMES[runtime].install_image
     if image is None:
         raise UserError(f"--image: missing; allowed: {phrase}, for the profile's runtime "
                         f"{runtime}")

@@ -18,9 +18,10 @@ import re
 from dataclasses import dataclass
 
 from chainermn_rt.errors import message_value
+from chainermn_rt.runtimes import RUNTIMES
 
 MARK = "@@chainermn-rt "
-RUNTIME_COMMANDS = ("apptainer", "singularity", "ch-run", "enroot")
+RUNTIME_COMMANDS = tuple(r.command for r in RUNTIMES.values() if r.command)
 # enroot's hook that passes Slurm's PMI(x) variables into the container (off by default)
 PMI_HOOK = "50-slurm-pmi.sh"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from chainermn_rt.errors import message_value
 from chainermn_rt.quoting import comment, toml, toml_key
 from chainermn_rt.rank_contract import Slot
-from chainermn_rt.site import RUNTIMES
+from chainermn_rt.runtimes import NAMES, RUNTIMES
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,13 @@ def memory(mb: int) -> str:
 
 
 def _runtime_stub(facts: Facts) -> list[str]:
-    found = (["pyxis"] if facts.pyxis else []) + [
-        {"ch-run": "charliecloud"}.get(r, r) for r in facts.runtimes if r != "enroot"]
+    plugins = [r.name for r in RUNTIMES.values() if r.srun_option and facts.pyxis]
+    found = plugins + [r.name for c in facts.runtimes for r in RUNTIMES.values()
+                       if r.command == c and not r.srun_option]
     return [
         "# [container]",
         f"# runtime = {toml(found[0] if found else 'none')}   # "
-        f"{' | '.join(RUNTIMES)}; found: {comment(', '.join(found) or 'none')}",
+        f"{' | '.join(NAMES)}; found: {comment(', '.join(found) or 'none')}",
         "# image = \"/shared/images/chainermn-rt_gpu\"   # `make image`, then `chainermn-rt "
         "install` (docs/install.md)",
         "# binds = [\"/shared:/shared\"]",

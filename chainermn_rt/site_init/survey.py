@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError, message_value
 from chainermn_rt.rank_contract import Slot
+from chainermn_rt.runtimes import RUNTIMES
 from chainermn_rt.site import NAME
 from chainermn_rt.site_init import hwloc, node_report, nvidia
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts
@@ -40,6 +41,8 @@ from chainermn_rt.slurm_records import (
     gres_gpus,
 )
 from chainermn_rt.slurm_rules import check_node_folder, parse_time, slurm_version
+
+PYXIS = RUNTIMES["pyxis"]  # a Slurm plugin: found in srun --help
 
 PROBE_S = 600  # seconds the probe step may take, waiting for its node included
 UNLIMITED_AS = "365-00:00:00"  # a profile needs a max_time; Slurm's UNLIMITED becomes this
@@ -264,7 +267,7 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
         raise EnvironmentProblem("scontrol show node -o: no NodeName= record in its answer; run "
                                  "it where Slurm's scontrol reaches the cluster")
     plugins = slurm.mpi_plugins()
-    pyxis = "--container-image" in slurm.run(["srun", "--help"], timeout=ANSWER_S).stdout
+    pyxis = PYXIS.srun_option in slurm.run(["srun", "--help"], timeout=ANSWER_S).stdout
     warnings: list[str] = []
     steps: list[str] = []
     shapes: dict[Shape, TopologyFacts] = {}
