@@ -32,7 +32,7 @@ from chainermn_rt.rank_contract import (
 from chainermn_rt.runtimes import RUNTIMES, runtime
 from chainermn_rt.sbatch_options import owned
 from chainermn_rt.site import RANK_LAUNCHERS, Partition, Site
-from chainermn_rt.slurm_rules import behaves, pmix_folders
+from chainermn_rt.slurm_rules import behaves, step_folders
 from chainermn_rt.staging import VARIABLES as STAGE_VARIABLES
 from chainermn_rt.staging import Stage, plan_stage
 from chainermn_rt.stop_verdict import Rule, table
@@ -147,7 +147,7 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     folders the container must see too (staged data's node-local scratch, the metrics folder),
     each bound at the same path unless the profile's binds have it; the runtime's own checks
     (chainermn_rt.runtimes) and, for one that binds them, the folders Slurm's PMIx plugin hands
-    the ranks (slurm_rules.pmix_folders) where it would not show them."""
+    the ranks (slurm_rules.step_folders) where it would not show them."""
     name = req.runtime or site.container.runtime
     kind = runtime(name)
     if name == "none":
@@ -161,10 +161,9 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
                gpus=part.topology.gpus > 0 and site.sandbox is None,
                where=f"partition {part.name!r}")
     c = kind.bind(site.container, filter(None, folders))
-    if kind.binds_pmix and (req.launcher or site.launcher) == "srun" and \
-            site.srun_mpi.startswith("pmix"):
-        c = kind.bind(c, pmix_folders(site.slurm_tmpfs, site.slurmd_spool_dir), "{0}",
-                      kind.own_mounts)
+    if kind.binds_step_folders and (req.launcher or site.launcher) == "srun":
+        c = kind.bind(c, step_folders(site.srun_mpi, site.slurm_tmpfs, site.slurmd_spool_dir),
+                      "{0}", kind.own_mounts)
     return name, *kind.step(c, image)
 
 
@@ -192,12 +191,15 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int
                      "OMPI_MCA_oob_tcp_if_include"):
             env.setdefault(name, site.socket_ifname)
     env.update(req.env)
-    ours = (SLOTS_VAR, RANK_LOG_VAR, *STAGE_VARIABLES) + ((TIMELINE_VAR,) if req.timeline else ())
+    model = site.mpi.environment()
+    ours = (SLOTS_VAR, RANK_LOG_VAR, *STAGE_VARIABLES) + ((TIMELINE_VAR,) if req.timeline else ()) \
+        + tuple(name for name, _ in model)
     if any(name in env for name in ours):
         raise UserError(f"--env: {', '.join(ours)} are set by chainermn-rt; allowed: any "
                         "other variable")
     if site.metrics_textfile_dir:
         env.setdefault(METRICS_DIR_VAR, site.metrics_textfile_dir)
+    env.update(model)
     env[SLOTS_VAR] = dump_slots(part.topology.slots[:tasks_per_node])
     if req.per_rank_logs:
         env[RANK_LOG_VAR] = RANK_LOG_PATTERN
@@ -233,8 +235,10 @@ def make_plan(site: Site, req: Request) -> Plan:
     part = site.partition(req.partition)
     req = checked(req, part, site.slurm_release)
     tasks_per_node, gpus = _tasks(site, part, req)
+    site.mpi.check_launch(req.launcher or site.launcher, site.srun_mpi)
     runtime, container, pyxis_flags = _container(
-        site, req, part, (part.local_scratch if req.stage else None, site.metrics_textfile_dir))
+        site, req, part, (part.local_scratch if req.stage else None, site.metrics_textfile_dir,
+                          *site.mpi.binds))
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable

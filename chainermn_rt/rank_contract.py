@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chainermn_rt.errors import UserError, message_value
+from chainermn_rt.mpi_model import PATH_VAR as MPI_PATH_VAR  # noqa: F401  the host MPI's folders
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE
 
 # The node's slot table (JSON), written into the script by the Plan.

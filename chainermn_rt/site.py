@@ -40,6 +40,8 @@ from typing import Any
 
 from chainermn_rt.errors import UserError, message_value
 from chainermn_rt.files import read_small
+from chainermn_rt.mpi_model import MpiModel
+from chainermn_rt.mpi_model import parse as parse_mpi
 from chainermn_rt.rank_contract import (
     CPU_LIST_ALLOWED,
     HCA,
@@ -66,7 +68,7 @@ from chainermn_rt.slurm_rules import (
 # of an install, docs/install.md)
 SITE_VAR = "CHAINERMN_RT_SITE"
 RANK_LAUNCHERS = ("srun", "mpirun")  # what a job script starts its ranks with
-SRUN_MPI = ("pmix", "pmi2")
+SRUN_MPI = ("pmix", "pmi2", "cray_shasta")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 MAX_NODES = 1_000_000  # in a partition; a profile's larger count is a mistake
@@ -147,10 +149,12 @@ class Site:
     # node_exporter's textfile-collector folder: rank 0 writes the job's metrics there
     # (chainermn_rt.timeline; docs/timeline.md)
     metrics_textfile_dir: str | None = None
+    # which MPI the ranks use: the image's own, or the host's bound in ([mpi]; mpi_model.py)
+    mpi: MpiModel = MpiModel()
     # the cluster's Slurm, "24.11" (site init reads it); None: today's (slurm_rules.CHANGES)
     slurm_version: str | None = None
     # slurm.conf's TmpFS and SlurmdSpoolDir (site init reads them); None: Slurm's defaults.
-    # A container sees the folders Slurm's PMIx plugin makes there (slurm_rules.pmix_folders)
+    # A container sees the folders Slurm's PMIx plugin makes there (slurm_rules.step_folders)
     slurm_tmpfs: str | None = None
     slurmd_spool_dir: str | None = None
 
@@ -545,7 +549,8 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         allreduce_busbw_gbps=_checks(t.get("checks", dict, None)),
         metrics_textfile_dir=_metrics_dir(t), slurm_version=slurm_version,
         slurm_tmpfs=_node_folder(t, "slurm_tmpfs"),
-        slurmd_spool_dir=_node_folder(t, "slurmd_spool_dir"))
+        slurmd_spool_dir=_node_folder(t, "slurmd_spool_dir"),
+        mpi=parse_mpi(t.get("mpi", dict, None, allowed="an [mpi] table")))
     if not 0 <= site.max_requeues <= 1000:
         raise UserError(f"max_requeues: {site.max_requeues!r}; allowed: 0-1000")
     t.done()

@@ -200,6 +200,14 @@ def check_node_folder(value: str, where: str) -> str:
     return value
 
 
+def _fixed(value: str) -> str | None:
+    """A node folder up to its first part that names the node (``%n``, ``%h``): the same path
+    on every node; None where that is ``/`` (never the whole file system)."""
+    parts = value.rstrip("/").split("/")
+    fixed = next((i for i, part in enumerate(parts) if "%" in part), len(parts))
+    return "/".join(parts[:fixed]) if fixed > 1 else None
+
+
 def pmix_folders(tmpfs: str | None, spool: str | None) -> tuple[str, ...]:
     """The host folders holding what Slurm's PMIx plugin gives a step's ranks: the client's
     temporary folder (``TmpFS/spmix_appdir_*``, where Open MPI makes its session folder) and
@@ -209,10 +217,20 @@ def pmix_folders(tmpfs: str | None, spool: str | None) -> tuple[str, ...]:
     >>> pmix_folders("/srv/sbx/tmp/%n", None)
     ('/srv/sbx/tmp', '/var/spool/slurmd')
     """
-    found = []
-    for value in (tmpfs or DEFAULT_TMPFS, spool or DEFAULT_SPOOL):
-        parts = value.rstrip("/").split("/")
-        fixed = next((i for i, part in enumerate(parts) if "%" in part), len(parts))
-        if fixed > 1:  # never the whole file system
-            found.append("/".join(parts[:fixed]))
-    return tuple(dict.fromkeys(found))
+    found = (_fixed(tmpfs or DEFAULT_TMPFS), _fixed(spool or DEFAULT_SPOOL))
+    return tuple(dict.fromkeys(f for f in found if f))
+
+
+def step_folders(srun_mpi: str, tmpfs: str | None, spool: str | None) -> tuple[str, ...]:
+    """The host folders Slurm's MPI plugin ``srun_mpi`` hands a step's ranks: PMIx's
+    (:func:`pmix_folders`), ``cray_shasta``'s ``SlurmdSpoolDir/mpi_cray_shasta`` (its
+    ``PALS_SPOOL_DIR``), none for ``pmi2`` (its variables alone).
+
+    >>> step_folders("cray_shasta", None, None), step_folders("pmi2", None, None)
+    (('/var/spool/slurmd',), ())
+    """
+    if srun_mpi.startswith("pmix"):
+        return pmix_folders(tmpfs, spool)
+    if srun_mpi == "cray_shasta":
+        return tuple(f for f in (_fixed(spool or DEFAULT_SPOOL),) if f)
+    return ()

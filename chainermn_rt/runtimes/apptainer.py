@@ -1,6 +1,7 @@
 """Runtimes ``apptainer`` and ``singularity``: each rank in ``apptainer exec --nv`` of a SIF
 (``make sif``), the caller's environment kept, the profile's binds and flags, and the folders
-Slurm's PMIx plugin hands the ranks bound where Apptainer would not show them.
+Slurm's MPI plugin hands the ranks (PMIx's, cray_shasta's) bound where Apptainer would not
+show them.
 
 >>> from chainermn_rt.runtimes.base import Container
 >>> RUNTIME.step(Container(binds=("/data",), flags=("--writable-tmpfs",)), "/i/x.sif")[0]
@@ -21,7 +22,7 @@ class Apptainer(Runtime):
     file_image = True
     install_image = (".sif", "a .sif file (make sif)")
     own_mounts = ("/tmp", "/var/tmp")  # apptainer.conf's `mount tmp`
-    binds_pmix = True
+    binds_step_folders = True
 
     def __init__(self, name: str):
         self.name = self.command = name

@@ -51,8 +51,8 @@ class Runtime:
     srun_option: str | None = None
     # folders the runtime shows every container itself (what need not be bound)
     own_mounts: tuple[str, ...] = ()
-    # whether a rank step binds the folders Slurm's PMIx plugin hands the ranks
-    binds_pmix = False
+    # whether a rank step binds the folders Slurm's MPI plugin hands the ranks
+    binds_step_folders = False
     # what may start its ranks (site.RANK_LAUNCHERS)
     launchers: tuple[str, ...] = ("srun", "mpirun")
 
