@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request, checked
 from chainermn_rt.rank_contract import (
+    HOST_LIBS_VAR,
     METRICS_DIR_VAR,
     RANK_LOG_PATTERN,
     RANK_LOG_VAR,
@@ -191,7 +192,8 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int
                      "OMPI_MCA_oob_tcp_if_include"):
             env.setdefault(name, site.socket_ifname)
     env.update(req.env)
-    model = site.mpi.environment()
+    model = site.network_environment + ((HOST_LIBS_VAR, ":".join(site.host_libraries)),) \
+        if site.host_libraries else site.network_environment
     ours = (SLOTS_VAR, RANK_LOG_VAR, *STAGE_VARIABLES) + ((TIMELINE_VAR,) if req.timeline else ()) \
         + tuple(name for name, _ in model)
     if any(name in env for name in ours):
@@ -238,7 +240,7 @@ def make_plan(site: Site, req: Request) -> Plan:
     site.mpi.check_launch(req.launcher or site.launcher, site.srun_mpi)
     runtime, container, pyxis_flags = _container(
         site, req, part, (part.local_scratch if req.stage else None, site.metrics_textfile_dir,
-                          *site.mpi.binds))
+                          *site.host_libraries))
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable

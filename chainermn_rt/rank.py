@@ -38,7 +38,6 @@ from chainermn_rt import abort_on_error
 from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
 from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.job_env import JobEnvironment, shown
-from chainermn_rt.mpi_model import library_path
 from chainermn_rt.rank_contract import (
     RANK_LOG_VAR,
     RANK_PID_VAR,
@@ -46,6 +45,7 @@ from chainermn_rt.rank_contract import (
     VERBOSE_VAR,
     Slot,
     check_settings,
+    library_path,
     load_slots,
 )
 
@@ -136,7 +136,7 @@ def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
                        f"allowed CPUs {sorted(allowed)}; not binding")
     environ.update(b.env)
     environ.update(abort_on_error.rank_env(environ))
-    found = library_path(environ)  # the host's MPI bound in (mpi_model): its folders first
+    found = library_path(environ)  # the host's libraries bound in (interconnect.py) first
     if found:
         environ["LD_LIBRARY_PATH"] = found
     environ[RANK_PID_VAR] = str(os.getpid())  # exec keeps it

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from chainermn_rt.errors import UserError, message_value
-from chainermn_rt.mpi_model import PATH_VAR as MPI_PATH_VAR  # noqa: F401  the host MPI's folders
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE
 
 # The node's slot table (JSON), written into the script by the Plan.
@@ -58,6 +57,9 @@ START_TIMEOUT_VAR = "CHAINERMN_RT_START_TIMEOUT"
 TIMELINE_VAR = "CHAINERMN_RT_TIMELINE"
 TIMELINE_FOLDER = "timeline"
 METRICS_DIR_VAR = "CHAINERMN_RT_METRICS_DIR"
+# Host folders bound into the container (the host's MPI, fabric provider, NCCL plugin:
+# interconnect.py): the rank step puts them first on LD_LIBRARY_PATH before COMMAND starts.
+HOST_LIBS_VAR = "CHAINERMN_RT_HOST_LIBS"
 
 # The settings above that a rank reads from its environment: name -> (parse, what is allowed).
 # A profile's [environment] and `render --env` are checked with them before a job is submitted;
@@ -202,3 +204,17 @@ def load_slots(text: str) -> tuple[Slot, ...]:
     except ValueError as err:  # json.JSONDecodeError is a ValueError
         raise UserError(f"{SLOTS_VAR}: {err}; allowed: the JSON list of slots that "
                         "chainermn-rt render writes") from None
+
+
+def library_path(environ: Mapping[str, str]) -> str | None:
+    """The rank step's LD_LIBRARY_PATH: :data:`HOST_LIBS_VAR`'s folders first, then what the
+    image had; None when the job binds none.
+
+    >>> library_path({HOST_LIBS_VAR: "/h/lib", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"})
+    '/h/lib:/usr/local/cuda/lib64'
+    """
+    first = environ.get(HOST_LIBS_VAR)
+    if not first:
+        return None
+    rest = [p for p in environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    return ":".join(dict.fromkeys([*first.split(":"), *rest]))

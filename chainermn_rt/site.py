@@ -40,8 +40,7 @@ from typing import Any
 
 from chainermn_rt.errors import UserError, message_value
 from chainermn_rt.files import read_small
-from chainermn_rt.mpi_model import MpiModel
-from chainermn_rt.mpi_model import parse as parse_mpi
+from chainermn_rt.interconnect import Fabric, MpiModel, NcclNet, parse_fabric, parse_mpi, parse_nccl
 from chainermn_rt.rank_contract import (
     CPU_LIST_ALLOWED,
     HCA,
@@ -149,8 +148,20 @@ class Site:
     # node_exporter's textfile-collector folder: rank 0 writes the job's metrics there
     # (chainermn_rt.timeline; docs/timeline.md)
     metrics_textfile_dir: str | None = None
-    # which MPI the ranks use: the image's own, or the host's bound in ([mpi]; mpi_model.py)
+    # how the ranks reach the network (interconnect.py): which MPI (the image's own, or the
+    # host's bound in), the fabric the job must get, NCCL's net plugin
     mpi: MpiModel = MpiModel()
+    fabric: Fabric = Fabric()
+    nccl: NcclNet = NcclNet()
+
+    @property
+    def host_libraries(self) -> tuple[str, ...]:
+        """The host folders the ranks' container shows, first on their library path."""
+        return tuple(dict.fromkeys((*self.mpi.paths, *self.fabric.paths, *self.nccl.paths)))
+
+    @property
+    def network_environment(self) -> tuple[tuple[str, str], ...]:
+        return (*self.mpi.environment(), *self.fabric.environment(), *self.nccl.environment())
     # the cluster's Slurm, "24.11" (site init reads it); None: today's (slurm_rules.CHANGES)
     slurm_version: str | None = None
     # slurm.conf's TmpFS and SlurmdSpoolDir (site init reads them); None: Slurm's defaults.
@@ -550,7 +561,9 @@ def parse_site(data: dict[str, Any], path: Path) -> Site:
         metrics_textfile_dir=_metrics_dir(t), slurm_version=slurm_version,
         slurm_tmpfs=_node_folder(t, "slurm_tmpfs"),
         slurmd_spool_dir=_node_folder(t, "slurmd_spool_dir"),
-        mpi=parse_mpi(t.get("mpi", dict, None, allowed="an [mpi] table")))
+        mpi=parse_mpi(t.get("mpi", dict, None, allowed="an [mpi] table")),
+        fabric=parse_fabric(t.get("fabric", dict, None, allowed="a [fabric] table")),
+        nccl=parse_nccl(t.get("nccl", dict, None, allowed="an [nccl] table")))
     if not 0 <= site.max_requeues <= 1000:
         raise UserError(f"max_requeues: {site.max_requeues!r}; allowed: 0-1000")
     t.done()

@@ -41,6 +41,10 @@ CASES = {
                                                 time="00:10:00", command=TRAIN)),
     "quad-gpu-32": ("quad-gpu", Request(nodes=32, command=TRAIN, account="chainer",
                                         memory="200G")),
+    # the bind model: the host's Cray MPICH (cray_shasta), cxi, aws-ofi-nccl in Apptainer; the
+    # host's Open MPI, efa and aws-ofi-nccl under pyxis
+    "cray-ex-2": ("cray-ex", Request(nodes=2, command=TRAIN)),
+    "aws-efa-2": ("aws-efa", Request(nodes=2, command=TRAIN)),
     "cpu-cluster-4": ("cpu-cluster", Request(nodes=4, ranks_per_node=1, time="1-00",
                                              command=("python3", "train_mnist.py"))),
     "sandbox-stage": ("sandbox", Request(
