@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from chainermn_rt.bind_check import at_render
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request, checked
 from chainermn_rt.rank_contract import (
@@ -152,6 +153,7 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     name = req.runtime or site.container.runtime
     kind = runtime(name)
     if name == "none":
+        at_render(site.mpi, site.nccl, None)
         return name, (), ()
     image = req.image or site.container.image
     if not image:
@@ -165,6 +167,7 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     if kind.binds_step_folders and (req.launcher or site.launcher) == "srun":
         c = kind.bind(c, step_folders(site.srun_mpi, site.slurm_tmpfs, site.slurmd_spool_dir),
                       "{0}", kind.own_mounts)
+    at_render(site.mpi, site.nccl, kind.image_glibc(image) if site.host_libraries else None)
     return name, *kind.step(c, image)
 
 

@@ -35,10 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chainermn_rt import abort_on_error
+from chainermn_rt.bind_check import in_rank
 from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
 from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.job_env import JobEnvironment, shown
 from chainermn_rt.rank_contract import (
+    HOST_LIBS_VAR,
     RANK_LOG_VAR,
     RANK_PID_VAR,
     SLOTS_VAR,
@@ -164,6 +166,8 @@ def main(command: list[str]) -> int:
         check_settings(os.environ)
     except UserError as err:
         raise UserError(str(err), everywhere=True) from None
+    # what the job bound from the host, against this container's glibc, before MPI_Init
+    in_rank(os.environ, tuple(filter(None, os.environ.get(HOST_LIBS_VAR, "").split(":"))))
     raw = os.environ.get(SLOTS_VAR)
     slots = load_slots(raw) if raw else None
     argv = apply(binding(slots, os.environ), command, os.environ)

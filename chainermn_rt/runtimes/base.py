@@ -74,6 +74,10 @@ class Runtime:
                 c = replace(c, binds=(*c.binds, spelled.format(folder)))
         return c
 
+    def image_glibc(self, image: str) -> tuple[int, int] | None:
+        """The glibc of ``image`` where this machine can tell (None: it cannot)."""
+        return None
+
     def wrapper(self, c: Container, image: str | None) -> tuple[str, ...] | None:
         """The install's ``python3`` wrapper's argv (None: the runtime has no command)."""
         argv, flags = self.step(c, image)
