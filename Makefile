@@ -14,15 +14,15 @@ DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client slurmdbd mariadb-server \
 	iproute2 numactl hwloc-nox shellcheck lmod tcl8.6 \
 	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates \
-	libjpeg62-turbo-dev
+	libjpeg62-turbo-dev libmpich12 libfabric-bin
 
-.PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
+.PHONY: help setup apt venv host-mpich test test-fast bench lint demo sandbox-up sandbox-down \
 	recipes image image-doctor base sif sqfs offline-wheels install-wheels install reframe-venv clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: apt venv  ## install Debian packages and the .venv (idempotent)
+setup: apt venv host-mpich  ## install Debian packages, the .venv and build/mpich (idempotent)
 
 apt:  ## install the Debian packages (as root; skipped when all are present)
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -38,6 +38,14 @@ $(VENV)/.installed: pyproject.toml chainermn_rt/compat/chainer_fixes.py chainerm
 	$(PY) -m pip install -q --upgrade pip==26.3
 	$(PY) -m chainermn_rt.compat.build_chainer --out $(WHEELS)
 	$(PY) -m pip install -q --find-links $(WHEELS) -e '.[test,plot,dali]' $(WHEELS)/chainer-*.whl
+	touch $@
+
+HOST_MPICH := build/mpich
+host-mpich: $(HOST_MPICH)/.installed  ## MPICH's wheel in build/mpich: a site's MPICH for the bind model's tests
+
+$(HOST_MPICH)/.installed: pyproject.toml | $(VENV)/.installed
+	rm -rf $(HOST_MPICH)
+	$(PY) -m pip install -q --no-deps --prefix $(HOST_MPICH) $$($(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["host-mpich"])')
 	touch $@
 
 # make test runs two pytest processes side by side (their output one after the other): the

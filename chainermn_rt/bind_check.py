@@ -2,8 +2,9 @@
 fabric provider, NCCL's net plugin), checked before a rank starts, as Sarus's hooks check:
 
 - the MPI library is a shared object of the profile's family (its soname: ``libmpi.so.12`` for
-  mpich, ``libmpi.so.40`` for openmpi; the MPI 5.0 standard ABI's ``libmpi_abi`` has no
-  back-end in the mpi4py the images carry) and exports ``MPI_Init``;
+  mpich, or Debian's ``libmpich.so.12`` through a link named ``libmpi.so.12``; ``libmpi.so.40``
+  for openmpi; the MPI 5.0 standard ABI's ``libmpi_abi`` has no back-end in the mpi4py the
+  images carry) and exports ``MPI_Init``;
 - NCCL's plugin is a shared object exporting ``ncclNet_v*`` (or ``ncclNetPlugin_v*``);
 - nothing bound needs a newer glibc than the image's: the library and every library it needs
   that the bound folders hold (``GLIBC_2.38`` needed, glibc 2.36 in the image: the loader
@@ -32,6 +33,9 @@ from chainermn_rt.errors import UserError
 from chainermn_rt.interconnect import SONAMES, MpiModel, NcclNet
 
 ABI_SONAME = re.compile(r"libmpi_abi\.so")
+# Debian's and Ubuntu's MPICH: mpi4py's mpich back-end needs libmpi.so.12, so a site links that
+# name to it in a folder the job binds (the rank step puts that folder first on the path)
+DEBIAN_MPICH = "libmpich.so.12"
 PLUGIN_SYMBOL = re.compile(r"ncclNet(Plugin)?_v\d+\Z")
 MAX_LIBRARIES = 256  # a closure past this is not an MPI's
 
@@ -50,6 +54,9 @@ def check_family(info: ElfInfo, family: str, field: str) -> None:
         raise UserError(f"{field}: {info.path} is the MPI 5.0 standard ABI's {soname}, which "
                         "the images' mpi4py 4.1.2 cannot load (its back-ends: mpich, openmpi); "
                         f"allowed: the library behind {SONAMES[family]}")
+    if family == "mpich" and soname == DEBIAN_MPICH and \
+            os.path.basename(info.path) == SONAMES[family]:
+        soname = SONAMES[family]  # Debian's MPICH behind the link a site makes
     if soname != SONAMES[family]:
         other = next((f for f, s in SONAMES.items() if s == soname), None)
         said = f"the {other} family's {soname}" if other else f"soname {soname}"

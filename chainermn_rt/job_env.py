@@ -176,8 +176,16 @@ def _openmpi(env: Mapping[str, str]) -> Fields | None:
             _int(env, nodes, minimum=1) if nodes else -(-size // local_size))
 
 
+def _slurm_pmi(env: Mapping[str, str]) -> bool:
+    """Whether PMI_* come from Slurm's pmi2 plugin (srun --mpi=pmi2 names the step in
+    PMI_JOBID, JOB.STEP), not from Hydra's mpiexec."""
+    step = _first(env, "SLURM_STEP_ID", "SLURM_STEPID")
+    return step is not None and \
+        env.get("PMI_JOBID") == f"{env.get('SLURM_JOB_ID')}.{env[step]}"
+
+
 def _hydra(env: Mapping[str, str]) -> Fields | None:
-    if "PMI_RANK" not in env:
+    if "PMI_RANK" not in env or _slurm_pmi(env):
         return None
     size = _reported(env, "PMI_SIZE", minimum=1)
     rank = _int(env, "PMI_RANK", below=("PMI_SIZE", size))

@@ -122,3 +122,15 @@ def test_the_plan_checks_what_it_sees_before_rendering(plugin, tmp_path):
                        + '\n[nccl]\nnet_plugin = "/etc/os-release"\n')
     with pytest.raises(UserError, match=r"^nccl.net_plugin: /etc/os-release: not an ELF file"):
         make_plan(load_site(profile), Request(nodes=1, command=("x",)))
+
+
+def test_debians_mpich_passes_behind_the_link_a_site_makes(tmp_path):
+    mpich = HOST_LIB / "libmpich.so.12"  # libmpich12, which make setup installs
+    folder = tmp_path / "mpich"
+    folder.mkdir()
+    (folder / "libmpi.so.12").symlink_to(mpich)
+    at_render(MpiModel("bind", "mpich", str(folder / "libmpi.so.12"), (str(folder),)),
+              NcclNet(), image_glibc=(2, 36))
+    with pytest.raises(UserError, match=r"has soname libmpich.so.12; allowed with family = "
+                                        r"\"mpich\": a library whose soname is libmpi.so.12$"):
+        at_render(MpiModel("bind", "mpich", str(mpich), (str(HOST_LIB),)), NcclNet(), None)

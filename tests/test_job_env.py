@@ -52,6 +52,12 @@ def fields(env: JobEnvironment) -> tuple:
     ({**OPENMPI, "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
       "OMPI_MCA_orte_num_nodes": "4"}, ("openmpi", 5, 8, 1, 2, 2, 4)),
     (HYDRA, ("hydra", 5, 6, 1, 2, 2, 3)),
+    # srun --mpi=pmi2 sets PMI_* too (copied from the sandbox), naming its step in PMI_JOBID
+    ({**{k: v for k, v in SLURM_STEP.items() if not k.startswith("PMIX")}, "PMI_RANK": "3",
+      "PMI_SIZE": "4", "PMI_FD": "13", "PMI_JOBID": "7.0"}, ("slurm", 3, 4, 1, 2, 1, 2)),
+    # Hydra's mpiexec in a batch script: the batch step is no PMI server
+    ({**{k: v for k, v in SLURM_STEP.items() if "STEP" not in k}, "SLURM_PROCID": "0",
+      **HYDRA, "PMI_JOBID": "kvs_123_0"}, ("hydra", 5, 6, 1, 2, 2, 3)),
     ({**HYDRA, "I_MPI_ROOT": "/opt/intel/mpi"}, ("intelmpi", 5, 6, 1, 2, 2, 3)),
     # a bare PMIx server names the rank only; MPI completes the rest
     ({"PMIX_RANK": "2", "PMIX_NAMESPACE": "prterun-x-1"},

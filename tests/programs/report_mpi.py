@@ -30,7 +30,8 @@ comm = MPI.COMM_WORLD
 pmix = mapped("libpmix.so")
 print(json.dumps({
     "rank": comm.rank, "size": comm.size, "host": socket.gethostname(),
-    "mpi": MPI.Get_library_version().split(",")[0].strip(), "libmpi": mapped("libmpi.so"),
+    "mpi": MPI.Get_library_version().splitlines()[0].split(",")[0].strip(),
+    "libmpi": mapped("libmpi.so") or mapped("libmpich.so"),
     "pmix_client": pmix_client(pmix), "pmix_server": os.environ.get("PMIX_VERSION"),
     "os": platform.freedesktop_os_release().get("PRETTY_NAME"), "uid": os.getuid(),
 }), flush=True)

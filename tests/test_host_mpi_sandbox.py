@@ -1,0 +1,69 @@
+"""The bind model on the Debian 12 sandbox: a site's MPICH (MPICH's own wheel, ch4:ofi over
+libfabric's tcp provider, in build/mpich: ``make setup``) as the ranks' MPI, chosen by the
+profile's ``[mpi]`` and started by Slurm's pmi2 plugin, through ``chainermn-rt submit --wait``:
+one world, and MNIST trains on it. The same profile under ``--mpi=pmix`` is refused before
+anything is submitted."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, REPO, json_objects
+
+pytestmark = pytest.mark.slurm
+MPICH = REPO / "build" / "mpich" / "lib" / "libmpi.so.12"
+BIND = (f'\n[mpi]\nmodel = "bind"\nfamily = "mpich"\nlibrary = "{MPICH}"\n'
+        f'paths = ["{MPICH.parent}"]\n\n[fabric]\nkind = "ofi"\nprovider = "tcp"\n')
+
+
+@pytest.fixture
+def mpich_site(tmp_path):
+    assert MPICH.is_file(), f"{MPICH} is missing: make setup installs MPICH's wheel there"
+    text = (REPO / "slurm/sites/sandbox.toml").read_text()
+    assert 'srun_mpi = "pmix"' in text
+    path = tmp_path / "sandbox-mpich.toml"
+    path.write_text(text.replace('srun_mpi = "pmix"', 'srun_mpi = "pmi2"') + BIND)
+    return path
+
+
+def _submit(sandbox, site, cwd, *command, name="mpich"):
+    return subprocess.run([PYTHON, "-m", "chainermn_rt", "submit", "--site", str(site),
+                           "--nodes", "2", "--gpus-per-node", "2", "--job-name", name, "--wait",
+                           "--wait-timeout", "300", "--", PYTHON, *command],
+                          cwd=cwd, env=sandbox.env(), capture_output=True, text=True,
+                          timeout=400)
+
+
+def test_the_sites_mpich_bare_metal_is_one_world_and_trains(sandbox, mpich_site, tmp_path):
+    done = _submit(sandbox, mpich_site, tmp_path, str(REPO / "tests/programs/report_mpi.py"))
+    job = re.search(r"submitted job (\d+)", done.stdout)
+    log = (tmp_path / f"mpich-{job.group(1)}.out").read_text() if job else ""
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    assert [(r["rank"], r["size"]) for r in ranks] == [(i, 4) for i in range(4)], log
+    assert {r["mpi"] for r in ranks} == {"MPICH Version:      5.0.2"}, log
+    assert {r["libmpi"] for r in ranks} == {str(MPICH)}, log
+    assert sorted({r["host"] for r in ranks}) == ["node1", "node2"]
+    done = _submit(sandbox, mpich_site, tmp_path, str(REPO / "examples/train_mnist.py"),
+                   "--n-train", "2000", "--n-test", "200", "--unit", "50", "--iterations", "20",
+                   "--log-every", "10", "--no-progress", "--out", str(tmp_path / "result"),
+                   name="mnist")
+    job = re.search(r"submitted job (\d+)", done.stdout)
+    log = (tmp_path / f"mnist-{job.group(1)}.out").read_text() if job else ""
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    digests = set(re.findall(r"^rank \d parameters sha256 (\w+)$", log, re.MULTILINE))
+    assert len(digests) == 1 and len(json.loads((tmp_path / "result/log").read_text())) == 2
+
+
+def test_mpich_under_pmix_is_refused_before_submitting(sandbox, mpich_site, tmp_path):
+    site = tmp_path / "pmix.toml"
+    site.write_text(mpich_site.read_text().replace('srun_mpi = "pmi2"', 'srun_mpi = "pmix"'))
+    done = _submit(sandbox, site, tmp_path, "x.py")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("chainermn-rt submit: error: srun_mpi: pmix cannot start mpich's "
+                           "ranks in one world (they would start as one-rank worlds); allowed "
+                           "with mpi.family = \"mpich\": pmi2 | cray_shasta\n")
