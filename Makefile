@@ -14,15 +14,18 @@ DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client slurmdbd mariadb-server \
 	iproute2 numactl hwloc-nox shellcheck lmod tcl8.6 \
 	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates \
-	libjpeg62-turbo-dev
+	libjpeg62-turbo-dev \
+	makeself libbsd-dev libslurm-dev squashfs-tools jq parallel squashfuse fuse-overlayfs
+# the sandbox's unprivileged user on the Debian 12 stack (the debian13 root has its own)
+SANDBOX_USER := chainermn
 
-.PHONY: help setup apt venv test test-fast bench lint demo sandbox-up sandbox-down \
+.PHONY: help setup apt user pyxis venv test test-fast bench lint demo sandbox-up sandbox-down \
 	recipes image image-doctor base sif sqfs offline-wheels install-wheels install reframe-venv clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: apt venv  ## install Debian packages and the .venv (idempotent)
+setup: apt user venv pyxis  ## install Debian packages, the .venv, enroot and pyxis (SOURCES=DIR: their release tars; idempotent)
 
 apt:  ## install the Debian packages (as root; skipped when all are present)
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -30,6 +33,13 @@ apt:  ## install the Debian packages (as root; skipped when all are present)
 	  echo "apt: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+user:  ## the sandbox's unprivileged user for jobs on the Debian 12 stack (as root; once)
+	@id -u $(SANDBOX_USER) >/dev/null 2>&1 || \
+	  useradd --user-group --create-home --shell /bin/bash $(SANDBOX_USER)
+
+pyxis: venv  ## enroot and pyxis for the sandbox's nodes, pinned in containers/versions.toml (SOURCES=DIR, else downloaded; once)
+	$(RT) sandbox pyxis $(if $(SOURCES),--sources "$(SOURCES)")
 
 venv: $(VENV)/.installed  ## the virtual environment with chainermn-rt, the patched chainer and test tools
 

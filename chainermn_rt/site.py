@@ -72,8 +72,9 @@ MAX_PROFILE_BYTES = 1 << 20  # the shipped profiles are 2 KB at most
 SANDBOX_MAX_NODES = 32  # the paper's 16 nodes and twice that (docs/sandbox.md)
 # whose Slurm, MPI and Apptainer a sandbox runs (chainermn_rt/sandbox/stacks.py)
 SANDBOX_STACKS = ("debian12", "debian13")
-# runtimes whose image is a file or folder: a sandbox profile's relative one is the checkout's
-FILE_IMAGE_RUNTIMES = ("apptainer", "singularity", "charliecloud")
+# runtimes whose image is a file or folder (pyxis: or a registry's): a sandbox profile's
+# relative one is the checkout's
+FILE_IMAGE_RUNTIMES = ("apptainer", "singularity", "charliecloud", "pyxis")
 # Signals the batch shell may trap for the time limit or preemption (--signal=B:SIG@SECONDS).
 BATCH_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "ALRM", "URG", "XCPU")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]\Z")

@@ -35,6 +35,9 @@ DEBIAN12, DEBIAN13 = SANDBOX_STACKS
 STACKS = {DEBIAN12: "the host's Debian 12 packages: Slurm 22.05, PMIx 4.2, Open MPI 4.1",
           DEBIAN13: "a Debian 13 root: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer 1.4.5"}
 DEFAULT_STACK = DEBIAN12
+# The Debian 12 stack's unprivileged user for jobs (`make setup` adds it to the host; the
+# debian13 root has its own, slurm/sandbox/debian13.toml)
+HOST_USER = "chainermn"
 
 
 def default_state_dir() -> Path:
@@ -63,6 +66,7 @@ class SandboxSettings:
     scratch: tuple[str, ...] = ()
     accounting: bool = False  # MariaDB + slurmdbd (accounting.py)
     stack: str = DEFAULT_STACK  # whose Slurm, MPI and Apptainer (stacks.py)
+    pyxis: bool = False  # the profile's runtime: its nodes load pyxis, with enroot (pyxis.py)
 
     @property
     def prefix(self) -> str:
@@ -117,4 +121,5 @@ def sandbox_settings(site: Site, nodes: int | None = None,
                            scratch=tuple(sorted({p.local_scratch for p in site.partitions
                                                  if p.local_scratch})),
                            accounting=site.sandbox.accounting,
-                           stack=stack or site.sandbox.stack or DEFAULT_STACK)
+                           stack=stack or site.sandbox.stack or DEFAULT_STACK,
+                           pyxis=site.container.runtime == "pyxis")
