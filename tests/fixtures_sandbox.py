@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from chainermn_rt.errors import EnvironmentProblem
-from chainermn_rt.sandbox import Sandbox, SandboxError
+from chainermn_rt.sandbox import Sandbox, SandboxError, pyxis_build
 from chainermn_rt.sandbox.root import Root, ensure_root
 
 from conftest import require_commands
@@ -103,6 +103,30 @@ def sandbox_debian13(debian13_root):
     except SandboxError as err:
         shutil.rmtree(folder, ignore_errors=True)
         pytest.fail(f"the debian13 sandbox did not start: {err}", pytrace=False)
+    yield sb
+    sb.down()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sandbox_pyxis():
+    """The sandbox of the shipped profile sandbox-pyxis (the Debian 12 stack, its slurmd loading
+    pyxis, enroot on every node), for one test module, in a folder of its own in /tmp (its
+    unprivileged user's jobs need the munge socket). enroot and pyxis not built (`make
+    setup`): the test fails."""
+    require_commands(*SANDBOX_COMMANDS)
+    try:
+        pyxis_build.find()
+    except EnvironmentProblem as err:
+        pytest.fail(str(err), pytrace=False)
+    folder = Path(tempfile.mkdtemp(prefix="chainermn-rt-pyxis-"))
+    folder.chmod(0o755)
+    sb = Sandbox.from_profile("sandbox-pyxis", state_dir=folder / "state")
+    try:
+        sb.up()
+    except SandboxError as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.fail(f"the pyxis sandbox did not start: {err}", pytrace=False)
     yield sb
     sb.down()
     shutil.rmtree(folder, ignore_errors=True)
