@@ -248,6 +248,7 @@ class Sandbox:
         users = (launch.root.pins.user,) if launch.root else self._host_user()
         for rel, text in render_files(self.site, self.settings, inode, launch, users).items():
             path = self.state_dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)  # etc/enroot/hooks.d...
             path.write_text(text)
             if rel.startswith("bin/") or rel.endswith(".sh"):
                 path.chmod(0o755)

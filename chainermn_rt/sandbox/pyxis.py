@@ -10,6 +10,9 @@
   (LOCAL: the profile's ``local_scratch``, each node's ``STATE/scratch/NODE``) with ``${UID}``;
   its ``mounts.d`` brings the sandbox's TaskProlog into every container (Slurm runs it inside).
 - enroot on slurmd's PATH (pyxis runs it with slurmstepd's PATH and nothing else of its own).
+- slurm.conf's ``SlurmdSpoolDir`` and ``TmpFS`` on the node's scratch (``LOCAL/slurm/...``), not
+  ``STATE/spool/%n``: enroot's PMI hook reads them from ``scontrol show config``, ``%n``
+  unexpanded, and mounts PMIx's folders below them into the container.
 
 >>> from chainermn_rt.site import load_site, resolve_site
 >>> from chainermn_rt.sandbox.settings import sandbox_settings
@@ -36,6 +39,7 @@ ENROOT_ETC = "etc/enroot"                 # in the state folder
 PMI_HOOK = "50-slurm-pmi.sh"              # enroot's hook for Slurm's PMI(x) in containers
 MOUNTS = "mounts.d/90-chainermn-rt-sandbox.fstab"
 FOLDERS = ("runtime", "cache", "data", "tmp")  # LOCAL/enroot/..., 1777 on every node
+SLURM_FOLDERS = {"spool": 0o755, "tmp": 0o1777}  # LOCAL/slurm/...: SlurmdSpoolDir, TmpFS
 # enroot's per-user folders (runtime, cache, data); its temporary files in LOCAL/enroot/tmp
 PER_USER = {"ENROOT_RUNTIME_PATH": "runtime", "ENROOT_CACHE_PATH": "cache",
             "ENROOT_DATA_PATH": "data"}
@@ -50,6 +54,11 @@ def local(s: SandboxSettings) -> str:
                         "folders go there, each node's own); allowed: a path such as "
                         "/tmp/chainermn-rt-sandbox-scratch")
     return s.scratch[0]
+
+
+def slurm_folder(s: SandboxSettings, name: str) -> str:
+    """slurm.conf's SlurmdSpoolDir (``spool``) or TmpFS (``tmp``): one path, each node's own."""
+    return word(f"{local(s)}/slurm/{name}", "local_scratch")
 
 
 def plugstack(s: SandboxSettings, tools: pyxis_build.Tools) -> str:
@@ -114,6 +123,10 @@ def make_folders(s: SandboxSettings) -> None:
             folder.mkdir(parents=True, exist_ok=True)
             os.chmod(folder, 0o1777)
         os.chmod(scratch.node_folder(s, node) / "enroot", 0o755)
+        for sub, mode in SLURM_FOLDERS.items():
+            folder = scratch.node_folder(s, node) / "slurm" / sub
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, mode)
 
 
 def node_binds(s: SandboxSettings, tools: pyxis_build.Tools) -> list[tuple[Path, Path]]:
