@@ -45,7 +45,10 @@ def test_the_profile_is_a_pyxis_sandbox_on_the_debian12_stack(tmp_path):
 def test_slurm_loads_pyxis_and_enroot_is_configured_per_node_and_user(tmp_path, tools):
     s = sandbox_settings(SITE, state_dir=tmp_path)
     files = render_files(SITE, s, launch=Launcher(s, tools=tools), users=("chainermn",))
-    assert f"PlugStackConfig={tmp_path}/etc/plugstack.conf" in files["etc/slurm.conf"]
+    lines = files["etc/slurm.conf"].splitlines()
+    assert f"PlugStackConfig={tmp_path}/etc/plugstack.conf" in lines
+    # one path, each node's own (enroot's PMI hook reads them with %n unexpanded)
+    assert {f"SlurmdSpoolDir={LOCAL}/slurm/spool", f"TmpFS={LOCAL}/slurm/tmp"} <= set(lines)
     assert files["etc/plugstack.conf"] == (f"required {tools.plugin} "
                                            f"runtime_path={LOCAL}/pyxis\n")
     conf = [line.split(None, 1) for line in files["etc/enroot/enroot.conf"].splitlines()
