@@ -107,7 +107,7 @@ image-doctor:  ## run `chainermn-rt doctor --image` inside the built FLAVOR imag
 sif:  ## build/images/chainermn-rt-FLAVOR.sif from the built image (FROM_DEF=1: from the .def alone); the host's apptainer, else the Debian 13 root's
 	$(PYTHON) -m containers.build sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
 
-sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
+sqfs:  ## SquashFS of the built FLAVOR image for Charliecloud and enroot/pyxis, in build/images/
 	$(PYTHON) -m containers.build sqfs --flavor $(FLAVOR)
 
 install-wheels: venv  ## wheels of the host's chainermn-rt for `make install` (for $(PYTHON)'s version)
