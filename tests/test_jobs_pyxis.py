@@ -78,7 +78,7 @@ def test_ranks_in_the_image_through_pyxis_then_mnist(as_user):
     """4 ranks in the image's SquashFS, as the user, report the image's OS, Python and Open
     MPI and one world of 4 over 2 nodes, started by Slurm 22.05's PMIx server (the PMIx
     variables reached them: enroot's PMI hook); then MNIST trains with one digest on every
-    rank."""
+    rank. The nodes' pyxis starts each container on the image mounted by squashfuse."""
     program = str(as_user["tree"] / "tests" / "programs" / "report_mpi.py")
     state, log = submit(as_user, "report", ["python3", program])
     assert state == "COMPLETED", log[-3000:]
@@ -98,3 +98,8 @@ def test_ranks_in_the_image_through_pyxis_then_mnist(as_user):
     digests = DIGEST.findall(log)
     assert sorted(r for r, _ in digests) == ["0", "1", "2", "3"], log[-3000:]
     assert len({d for _, d in digests}) == 1, log[-3000:]
+    deadline = time.monotonic() + 10  # the images' squashfuse mounts go with the steps
+    while (left := subprocess.run(["pgrep", "-u", str(uid), "-f", "squashfuse"],
+                                  capture_output=True, text=True).stdout.split()):
+        assert time.monotonic() < deadline, f"squashfuse left running: {left}"
+        time.sleep(0.2)

@@ -50,7 +50,7 @@ def test_slurm_loads_pyxis_and_enroot_is_configured_per_node_and_user(tmp_path, 
     # one path, each node's own (enroot's PMI hook reads them with %n unexpanded)
     assert {f"SlurmdSpoolDir={LOCAL}/slurm/spool", f"TmpFS={LOCAL}/slurm/tmp"} <= set(lines)
     assert files["etc/plugstack.conf"] == (f"required {tools.plugin} "
-                                           f"runtime_path={LOCAL}/pyxis\n")
+                                           f"runtime_path={LOCAL}/pyxis use_squashfuse=true\n")
     conf = [line.split(None, 1) for line in files["etc/enroot/enroot.conf"].splitlines()
             if not line.startswith("#")]
     assert conf == [["ENROOT_TEMP_PATH", f"{LOCAL}/enroot/tmp"]] + [
@@ -88,6 +88,13 @@ def test_each_node_binds_the_sandboxs_enroot_configuration_and_finds_enroot(tmp_
     at = argv.index(f"{tmp_path}/etc/enroot") - 3
     assert argv[at:at + 5] == bind
     assert argv[-2:] == ["env", f"PATH={tools.bin}:{pyxis.PATH}"]
+    assert f"{tmp_path}/dev/fuse" not in argv  # none made: the host's /dev/fuse
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "fuse").touch()  # `up` makes a 0666 device node there
+    argv = Launcher(s, tools=tools).node("node2")
+    at = argv.index(f"{tmp_path}/dev/fuse") - 3
+    assert argv[at:at + 6] == ["sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"',
+                               f"{tmp_path}/dev/fuse", "/dev/fuse", "env"]
     assert f"{tmp_path}/scratch/node2" in argv[:at]  # after the node's own scratch is mounted
     plain = Launcher(sandbox_settings(load_site(resolve_site("sandbox")), state_dir=tmp_path))
     assert not any("enroot" in word for word in plain.node("node2"))

@@ -260,8 +260,9 @@ class Sandbox:
                 os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))  # a character device: /dev/null
             except PermissionError:
                 dev.touch()  # slurmd only needs the path to exist
-        if launch.root and Path("/dev/fuse").exists():
-            # the root's users mount SIFs with squashfuse: a node of their own, the host's stays
+        if (launch.root or launch.tools) and Path("/dev/fuse").exists():
+            # users mount SIFs (the root's Apptainer) and SquashFS images (enroot, for pyxis)
+            # with squashfuse: a node of their own, the host's stays
             os.mknod(self.state_dir / FUSE, 0o666 | 0o020000, os.makedev(*FUSE_NUMBERS))
             os.chmod(self.state_dir / FUSE, 0o666)
         key = self.state_dir / "munge" / "munge.key"

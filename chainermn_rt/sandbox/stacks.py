@@ -33,7 +33,7 @@ from chainermn_rt.site import checkout
 
 MOUNT_HOSTS = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
 SET_HOSTNAME = 'hostname "$0" && exec "$@"'
-FUSE = "dev/fuse"  # in the state folder: /dev/fuse for every user (debian13's nodes)
+FUSE = "dev/fuse"  # in the state folder: /dev/fuse for every user (debian13's, pyxis's nodes)
 FUSE_NUMBERS = (10, 229)
 # System prefixes the root has its own of: never bound over it.
 _SYSTEM = ("/", "/usr", "/usr/local", "/bin", "/lib", "/etc", "/var", "/opt")
@@ -97,7 +97,9 @@ class Launcher:
         ``tools``, the sandbox's enroot configuration and enroot on PATH."""
         s = self.settings
         net = ["nsenter", f"--net={netns.path(s.netns(node))}"]
-        binds = pyxis.node_binds(s, self.tools) if self.tools else []
+        fuse = s.state_dir / FUSE if (s.state_dir / FUSE).exists() else None
+        binds = pyxis.node_binds(s, self.tools, None if self.in_root else fuse) \
+            if self.tools else []
         env = pyxis.node_env(self.tools) if self.tools else []
         if not self.in_root:
             mounts = [w for source, target in binds
