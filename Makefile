@@ -38,8 +38,14 @@ user:  ## the sandbox's unprivileged user for jobs on the Debian 12 stack (as ro
 	@id -u $(SANDBOX_USER) >/dev/null 2>&1 || \
 	  useradd --user-group --create-home --shell /bin/bash $(SANDBOX_USER)
 
-pyxis: venv  ## enroot and pyxis for the sandbox's nodes, pinned in containers/versions.toml (SOURCES=DIR, else downloaded; once)
-	$(RT) sandbox pyxis $(if $(SOURCES),--sources "$(SOURCES)")
+# the stacks whose nodes get enroot and pyxis (debian13: built inside the Debian 13 root,
+# which this builds the first time)
+PYXIS_STACKS ?= debian12 debian13
+
+pyxis: venv  ## enroot and pyxis for the sandbox's nodes, pinned in containers/versions.toml (SOURCES=DIR, else downloaded; PYXIS_STACKS; once)
+	for stack in $(PYXIS_STACKS); do \
+	  $(RT) sandbox pyxis --stack $$stack $(if $(SOURCES),--sources "$(SOURCES)") || exit; \
+	done
 
 venv: $(VENV)/.installed  ## the virtual environment with chainermn-rt, the patched chainer and test tools
 

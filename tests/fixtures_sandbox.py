@@ -108,28 +108,38 @@ def sandbox_debian13(debian13_root):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def sandbox_pyxis():
-    """The sandbox of the shipped profile sandbox-pyxis (the Debian 12 stack, its slurmd loading
-    pyxis, enroot on every node), for one test module, in a folder of its own in /tmp (its
-    unprivileged user's jobs need the munge socket). enroot and pyxis not built (`make
-    setup`): the test fails."""
+def pyxis_sandbox(profile: str, root: Root | None = None):
+    """The sandbox of a shipped pyxis profile (its slurmd loading pyxis, enroot on every node)
+    in a folder of its own in /tmp (its unprivileged user's jobs need the munge socket), up
+    while the generator is; enroot and pyxis not built (`make setup`): the test fails."""
     require_commands(*SANDBOX_COMMANDS)
+    folder = Path(tempfile.mkdtemp(prefix=f"chainermn-rt-{profile}-"))
+    sb = Sandbox.from_profile(profile, state_dir=folder / "state")
     try:
-        pyxis_build.find()
+        pyxis_build.find(sb.settings.stack, root)
     except EnvironmentProblem as err:
         pytest.fail(str(err), pytrace=False)
-    folder = Path(tempfile.mkdtemp(prefix="chainermn-rt-pyxis-"))
     folder.chmod(0o755)
-    sb = Sandbox.from_profile("sandbox-pyxis", state_dir=folder / "state")
     try:
         sb.up()
     except SandboxError as err:
         shutil.rmtree(folder, ignore_errors=True)
-        pytest.fail(f"the pyxis sandbox did not start: {err}", pytrace=False)
+        pytest.fail(f"the {profile} sandbox did not start: {err}", pytrace=False)
     yield sb
     sb.down()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sandbox_pyxis():
+    """sandbox-pyxis: the Debian 12 stack with pyxis, for one test module."""
+    yield from pyxis_sandbox("sandbox-pyxis")
+
+
+@pytest.fixture(scope="module")
+def sandbox_pyxis_debian13(debian13_root):
+    """sandbox-pyxis-debian13: Slurm 24.11's slurmd with pyxis in the Debian 13 root."""
+    yield from pyxis_sandbox("sandbox-pyxis-debian13", debian13_root)
 
 
 def user_folder(sb: Sandbox, name: str) -> Path:

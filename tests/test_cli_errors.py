@@ -36,7 +36,8 @@ def test_a_missing_profile_names_the_argument_that_gave_it(tmp_path, args, argum
     assert proc.stderr.splitlines() == [
         f"chainermn-rt {args[0]}: error: {argument}: no-such.toml: no such file or directory; "
         "allowed: a readable site profile (.toml) or a shipped one: cpu-cluster, dgx-h100, "
-        "quad-gpu, sandbox, sandbox-debian13, sandbox-dgx, sandbox-pyxis"]
+        "quad-gpu, sandbox, sandbox-debian13, sandbox-dgx, sandbox-pyxis, "
+        "sandbox-pyxis-debian13"]
 
 
 @pytest.mark.parametrize("name", ["a\nb.toml", "a\rb\x1b[2J.toml", "a\tb.toml"])

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from chainermn_rt.sandbox import Sandbox
+from chainermn_rt.sandbox.root import load_pins
 from chainermn_rt.sandbox.settings import HOST_USER, STATE_VAR
 from chainermn_rt.site import load_site, resolve_site
 
@@ -29,16 +31,10 @@ IMAGE_PYTHON = "/opt/chainermn_rt/venv/bin/python3"  # the image's venv, not the
 DIGEST = re.compile(r"^rank (\d) parameters sha256 (\w+)$", re.MULTILINE)
 
 
-@pytest.fixture(scope="module")
-def as_user(sandbox_pyxis, cpu_sqfs) -> dict:
-    """The shipped profile as the host's unprivileged user (``[sbatch] uid/gid``), copies of
-    examples/ and tests/programs/ it may read (below /tmp: the containers see them), and the
-    arguments that name the suite's SquashFS where it is not the profile's default."""
-    try:
-        pwd.getpwnam(HOST_USER)
-    except KeyError:
-        pytest.fail(f"no user {HOST_USER} on this machine (run `make setup`)", pytrace=False)
-    sb = sandbox_pyxis
+def jobs_as_user(sb: Sandbox, site: str, user: str, image: Path) -> dict:
+    """A pyxis profile as an unprivileged user (``[sbatch] uid/gid``), copies of examples/ and
+    tests/programs/ it may read (below /tmp: the containers see them), and the arguments that
+    name the suite's SquashFS where it is not the profile's default."""
     tree = user_folder(sb, "tree")
     for part in ("examples", "tests/programs"):
         shutil.copytree(REPO / part, tree / part, dirs_exist_ok=True,
@@ -46,11 +42,21 @@ def as_user(sandbox_pyxis, cpu_sqfs) -> dict:
     for path in (tree, *tree.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
     profile = user_folder(sb, "profile") / "as-user.toml"
-    profile.write_text(resolve_site(SITE).read_text()
-                       + f'\n[sbatch]\nuid = "{HOST_USER}"\ngid = "{HOST_USER}"\n')
-    default = load_site(resolve_site(SITE)).container.image
-    image = [] if Path(default) == cpu_sqfs else ["--image", str(cpu_sqfs)]
-    return {"sb": sb, "tree": tree, "profile": profile, "image": image}
+    profile.write_text(resolve_site(site).read_text()
+                       + f'\n[sbatch]\nuid = "{user}"\ngid = "{user}"\n')
+    default = load_site(resolve_site(site)).container.image
+    return {"sb": sb, "tree": tree, "profile": profile,
+            "image": [] if Path(default) == image else ["--image", str(image)]}
+
+
+@pytest.fixture(scope="module")
+def as_user(sandbox_pyxis, cpu_sqfs) -> dict:
+    """sandbox-pyxis as the host's unprivileged user."""
+    try:
+        pwd.getpwnam(HOST_USER)
+    except KeyError:
+        pytest.fail(f"no user {HOST_USER} on this machine (run `make setup`)", pytrace=False)
+    return jobs_as_user(sandbox_pyxis, SITE, HOST_USER, cpu_sqfs)
 
 
 def submit(ctx: dict, name: str, command: list[str]) -> tuple[str, str]:
@@ -89,6 +95,7 @@ def test_ranks_in_the_image_through_pyxis_then_mnist(as_user):
     seen = {(r["os"], r["python"], r["mpi"], r["uid"]) for r in ranks}
     assert seen == {(IMAGE_OS, IMAGE_PYTHON, "Open MPI v4.1.4", uid)}, seen
     assert {r["pmix_server"].split(".")[0] for r in ranks} == {"4"}, ranks
+    assert [line for line in log.splitlines() if not line.startswith("{")] == [], log
     out = as_user["tree"].parent / f"mnist-result-{secrets.token_hex(3)}"
     state, log = submit(as_user, "mnist", [
         "python3", str(as_user["tree"] / "examples" / "train_mnist.py"), "--n-train", "4000",
@@ -103,3 +110,21 @@ def test_ranks_in_the_image_through_pyxis_then_mnist(as_user):
                                   capture_output=True, text=True).stdout.split()):
         assert time.monotonic() < deadline, f"squashfuse left running: {left}"
         time.sleep(0.2)
+
+
+@pytest.mark.debian13
+def test_ranks_in_the_image_on_slurm_24_11_through_pyxis(sandbox_pyxis_debian13, cpu_sqfs):
+    """The same on the debian13 stack (pyxis built inside the root against Slurm 24.11), as
+    the root's user: the image's Open MPI 4.1 and PMIx 4.2 client, started through enroot by
+    Slurm 24.11's PMIx 5 server (the hybrid model)."""
+    pins = load_pins()
+    ctx = jobs_as_user(sandbox_pyxis_debian13, "sandbox-pyxis-debian13", pins.user, cpu_sqfs)
+    state, log = submit(ctx, "report", [
+        "python3", str(ctx["tree"] / "tests" / "programs" / "report_mpi.py")])
+    assert state == "COMPLETED", log[-3000:]
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and {r["size"] for r in ranks} == {4}
+    assert sorted(r["host"] for r in ranks) == ["node1", "node1", "node2", "node2"]
+    seen = {(r["os"], r["python"], r["mpi"], r["pmix_server"], r["uid"]) for r in ranks}
+    assert seen == {(IMAGE_OS, IMAGE_PYTHON, "Open MPI v4.1.4", "5.0.7a1", pins.uid)}, seen
+    assert [line for line in log.splitlines() if not line.startswith("{")] == [], log

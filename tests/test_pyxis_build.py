@@ -146,7 +146,7 @@ def test_a_download_is_checked_too(sources, tmp_path):
 
 
 def test_a_failed_build_leaves_nothing_but_its_log(sources, tmp_path, monkeypatch):
-    monkeypatch.setattr(pyxis_build, "ENROOT_MAKE", ("FORCE_GLIBC=1", "LDLIBS=-lnosuchlib"))
+    monkeypatch.setattr(pyxis_build, "ENROOT_MAKE", ("FORCE_GLIBC=1", "CC=no-such-cc"))
     with pytest.raises(EnvironmentProblem, match=r"^enroot and pyxis cannot be built: enroot's "
                                                  r"make all exited 2 \(.*\); see .*\.log$"):
         pyxis_build.ensure(sources, cache=tmp_path / "tools")

@@ -42,6 +42,9 @@ CASES = {
     "sandbox-pyxis-2x2": ("sandbox-pyxis", Request(
         nodes=2, image="/var/tmp/chainermn-rt-cpu.sqfs",
         command=("python3", "/tmp/chainermn-rt/examples/train_mnist.py"))),
+    "sandbox-pyxis-debian13-2x2": ("sandbox-pyxis-debian13", Request(
+        nodes=2, image="/var/tmp/chainermn-rt-cpu.sqfs",
+        command=("python3", "/tmp/chainermn-rt/examples/train_mnist.py"))),
     "dgx-h100-debug-2gpu": ("dgx-h100", Request(nodes=1, gpus_per_node=2, partition="debug",
                                                 time="00:10:00", command=TRAIN)),
     "quad-gpu-32": ("quad-gpu", Request(nodes=32, command=TRAIN, account="chainer",

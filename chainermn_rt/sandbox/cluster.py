@@ -180,7 +180,7 @@ class Sandbox:
         if missing:
             raise SandboxError(f"not installed: {', '.join(missing)}; run `make setup`")
         root = ensure_root(say=say) if in_root else None
-        tools = pyxis_build.find(self.settings.stack) if self.settings.pyxis else None
+        tools = pyxis_build.find(self.settings.stack, root) if self.settings.pyxis else None
         if tools is not None:
             pyxis.check(self.settings, tools)
         scratch.check(self.settings)

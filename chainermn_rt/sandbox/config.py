@@ -79,6 +79,7 @@ def render_files(site: Site, settings: SandboxSettings, host_netns_inode: int = 
         "exports": task_exports(settings), "accounting": settings.accounting,
         "pmix_timeout_s": PMIX_TIMEOUT_S,
         "plugstack": f"{settings.state_dir}/{pyxis.PLUGSTACK}" if launch.tools else None,
+        "task_prolog": launch.tools is None or pyxis.task_prolog(settings),
         # each node's own: by name, or (pyxis) one path that is each node's scratch
         "spool_dir": pyxis.slurm_folder(settings, "spool") if launch.tools
         else f"{settings.state_dir}/spool/%n",

@@ -11,6 +11,9 @@
   ``enroot.conf`` puts every user's runtime, cache and data folders on the node's own scratch
   (LOCAL: the profile's ``local_scratch``, each node's ``STATE/scratch/NODE``) with ``${UID}``;
   its ``mounts.d`` brings the sandbox's TaskProlog into every container (Slurm runs it inside).
+  On the debian13 stack there is no TaskProlog: Slurm 24.11 runs it through slurmstepd, which
+  would have to be in the container with its libraries and a glibc as new as the nodes'
+  (NVIDIA/pyxis#163); the profile sets what it exported (``socket_ifname``).
 - enroot on slurmd's PATH (pyxis runs it with slurmstepd's PATH and nothing else of its own).
 - slurm.conf's ``SlurmdSpoolDir`` and ``TmpFS`` on the node's scratch (``LOCAL/slurm/...``), not
   ``STATE/spool/%n``: enroot's PMI hook reads them from ``scontrol show config``, ``%n``
@@ -35,7 +38,7 @@ from pathlib import Path
 from chainermn_rt.errors import UserError
 from chainermn_rt.quoting import sh, word
 from chainermn_rt.sandbox import pyxis_build, scratch
-from chainermn_rt.sandbox.settings import SandboxSettings
+from chainermn_rt.sandbox.settings import DEBIAN12, SandboxSettings
 
 PLUGSTACK = "etc/plugstack.conf"
 ENROOT_ETC = "etc/enroot"                 # in the state folder
@@ -83,9 +86,17 @@ def enroot_conf(s: SandboxSettings) -> str:
     return "\n".join(lines) + "\n"
 
 
+def task_prolog(s: SandboxSettings) -> bool:
+    """Whether the pyxis sandbox has a TaskProlog: Slurm 22.05's (debian12) runs it in the
+    container as a script; 24.11's through slurmstepd (see the module's docstring)."""
+    return s.stack == DEBIAN12
+
+
 def container_files(s: SandboxSettings) -> list[Path]:
     """Host files every container must see at the same path: the TaskProlog (Slurm runs it in
     the task, which pyxis has put in the container), the hwloc XML it names."""
+    if not task_prolog(s):
+        return []
     files = [s.state_dir / "etc" / "task_prolog.sh"]
     if s.hwloc_xml is not None:
         files.append(Path(s.hwloc_xml))
@@ -109,7 +120,8 @@ def files(s: SandboxSettings, tools: pyxis_build.Tools) -> dict[str, str]:
             out[f"{ENROOT_ETC}/{path.relative_to(tools.sysconf)}"] = path.read_text()
     out[f"{ENROOT_ETC}/hooks.d/{PMI_HOOK}"] = (tools.extra_hooks / PMI_HOOK).read_text()
     out[f"{ENROOT_ETC}/enroot.conf"] = enroot_conf(s)
-    out[f"{ENROOT_ETC}/{MOUNTS}"] = mounts(s)
+    if container_files(s):
+        out[f"{ENROOT_ETC}/{MOUNTS}"] = mounts(s)
     out[PLUGSTACK] = plugstack(s, tools)
     return out
 

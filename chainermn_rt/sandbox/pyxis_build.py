@@ -2,9 +2,11 @@
 
 The sources come from a folder (``make setup SOURCES=DIR``: ``NAME-VERSION.tar``, or ``.tar.gz``)
 or from the projects' release URLs; either way the uncompressed tar's sha256 must be the pin of
-``containers/versions.toml`` (``[enroot]``, ``[pyxis]``: ``tar_sha256``). pyxis is built against
-the stack's own Slurm headers (``debian12``: the host's libslurm-dev, Slurm 22.05), as a SPANK
-plugin built against another release is refused ("Incompatible plugin version").
+``containers/versions.toml`` (``[enroot]``, ``[pyxis]``: ``tar_sha256``). Each stack gets its
+own build, on the system its nodes run (:class:`Builder`): ``debian12`` on the host, against
+Debian 12's libslurm-dev (Slurm 22.05); ``debian13`` inside the Debian 13 root, against its
+Slurm 24.11 and glibc 2.41. A SPANK plugin built against another Slurm release is refused
+("Incompatible plugin version").
 
 Installed as the Debian 13 root is cached (root.py): in ``$CHAINERMN_RT_TOOLS``, else the
 checkout's ``build/tools`` (not ``~/.cache``: job users run enroot from it, and /root is 0700),
@@ -38,7 +40,8 @@ from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
 from chainermn_rt.files import sha256_file
-from chainermn_rt.sandbox.settings import DEBIAN12
+from chainermn_rt.sandbox.root import Root, ensure_root, enter_argv, root_env
+from chainermn_rt.sandbox.settings import DEBIAN12, DEBIAN13, STACKS
 from chainermn_rt.site import checkout
 
 CACHE_VAR = "CHAINERMN_RT_TOOLS"
@@ -46,15 +49,17 @@ VERSIONS = "containers/versions.toml"  # in the checkout
 NAMES = ("enroot", "pyxis")
 REVISION = 1                    # bumped when the build's steps change what an install holds
 STAMP = "chainermn-rt-tools.json"
-SLURM_VERSION_H = Path("/usr/include/slurm/slurm_version.h")  # Debian's libslurm-dev
+SLURM_VERSION_H = "usr/include/slurm/slurm_version.h"  # libslurm-dev's, on the stack's system
 STEP_TIMEOUT_S = 600
 DOWNLOAD_TIMEOUT_S = 120
 # enroot's utilities against glibc (its static musl build needs a submodule the release tar
-# lacks); glibc 2.36 has no strlcpy/strlcat: libbsd's overlay declares them and libbsd.so
-# links them (`-lbsd` would find enroot's own partial libbsd.a first).
-ENROOT_MAKE = ("FORCE_GLIBC=1", "LDLIBS=-l:libbsd.a -l:libbsd.so")
-ENROOT_CPPFLAGS = "-DLIBBSD_OVERLAY -isystem /usr/include/bsd"
-MAKESELF = Path("/usr/bin/makeself")  # Debian's 2.4.5, the release enroot pins
+# lacks). Debian 12's glibc 2.36 has no strlcpy/strlcat: libbsd's overlay declares them and
+# libbsd.so links them (`-lbsd` would find enroot's own partial libbsd.a first); Debian 13's
+# 2.41 has them.
+ENROOT_MAKE = ("FORCE_GLIBC=1",)
+GLIBC_236 = {"CPPFLAGS": "-DLIBBSD_OVERLAY -isystem /usr/include/bsd",
+             "LDLIBS": "-l:libbsd.a -l:libbsd.so"}
+MAKESELF = Path("/usr/bin/makeself")  # the host's Debian 2.4.5, the release enroot pins
 
 
 @dataclass(frozen=True)
@@ -134,21 +139,59 @@ def cache_dir() -> Path:
     return Path(cache_home) / "chainermn-rt" / "tools"
 
 
-def slurm_release(stack: str = DEBIAN12, header: Path = SLURM_VERSION_H) -> str:
-    """The Slurm release whose headers pyxis is built against (``22.05.8``)."""
-    if stack != DEBIAN12:
-        raise UserError(f"--stack: {stack!r}: enroot and pyxis are built for debian12 only so "
-                        "far; allowed: debian12")
-    try:
-        text = header.read_text()
-    except OSError:
-        raise EnvironmentProblem(f"no Slurm headers ({header}): install libslurm-dev "
-                                 "(`make setup`)") from None
-    found = re.search(r"#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]{6})", text)
-    if not found:
-        raise EnvironmentProblem(f"{header} names no SLURM_VERSION_NUMBER")
-    number = int(found.group(1), 16)
-    return f"{number >> 16:02d}.{(number >> 8) & 0xff:02d}.{number & 0xff}"
+@dataclass(frozen=True)
+class Builder:
+    """Where a stack's enroot and pyxis are built and run: the host (``debian12``) or the
+    Debian 13 root (``debian13``: its programs through the root's wrapper, the cache folder
+    bound at the same path)."""
+
+    stack: str
+    root: Root | None = None
+
+    @classmethod
+    def of(cls, stack: str, root: Root | None = None) -> Builder:
+        if stack not in STACKS:
+            raise UserError(f"--stack: {stack!r} is not allowed; allowed: {', '.join(STACKS)}")
+        if stack == DEBIAN13 and root is None:
+            root = ensure_root()
+        return cls(stack, root if stack == DEBIAN13 else None)
+
+    def slurm(self) -> str:
+        """The Slurm release whose headers pyxis is built against (``22.05.8``)."""
+        header = (self.root.rootfs if self.root else Path("/")) / SLURM_VERSION_H
+        try:
+            text = header.read_text()
+        except OSError:
+            raise EnvironmentProblem(f"no Slurm headers ({header}): install libslurm-dev "
+                                     "(`make setup`)") from None
+        found = re.search(r"#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]{6})", text)
+        if not found:
+            raise EnvironmentProblem(f"{header} names no SLURM_VERSION_NUMBER")
+        number = int(found.group(1), 16)
+        return f"{number >> 16:02d}.{(number >> 8) & 0xff:02d}.{number & 0xff}"
+
+    def label(self) -> str:
+        """What the install is built on, for its key: the Slurm release, the root's pins."""
+        return self.slurm() + (f" root {self.root.pins.key()}" if self.root else "")
+
+    def argv(self, argv: list[str], binds: list[Path]) -> list[str]:
+        return [*enter_argv(self.root, binds), *argv] if self.root else argv
+
+    def env(self, work: Path) -> dict[str, str]:
+        """make's environment: the host's (git kept inside ``work``: enroot's Makefile runs
+        `git submodule update`), or the root's plain one."""
+        if self.root:
+            return root_env({"LC_ALL": "C"})
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work), "LC_ALL": "C", **GLIBC_236}
+        env.pop("MAKEFLAGS", None)
+        return env
+
+    def enroot_make(self) -> tuple[str, ...]:
+        return (*ENROOT_MAKE, *((f"LDLIBS={GLIBC_236['LDLIBS']}",) if not self.root else ()))
+
+
+def slurm_release(stack: str = DEBIAN12) -> str:
+    return Builder.of(stack).slurm()
 
 
 def key(pins: dict[str, Pin], stack: str, slurm: str) -> str:
@@ -159,10 +202,11 @@ def key(pins: dict[str, Pin], stack: str, slurm: str) -> str:
 
 
 def target(stack: str = DEBIAN12, pins: dict[str, Pin] | None = None,
-           cache: Path | None = None) -> Tools:
+           cache: Path | None = None, root: Root | None = None) -> Tools:
     """Where ``stack``'s install of ``pins`` is (or would be)."""
     pins = pins or load_pins()
-    return Tools((cache or cache_dir()) / f"{stack}-{key(pins, stack, slurm_release(stack))}")
+    label = Builder.of(stack, root).label()
+    return Tools((cache or cache_dir()) / f"{stack}-{key(pins, stack, label)}")
 
 
 def installed(tools: Tools) -> bool:
@@ -171,10 +215,10 @@ def installed(tools: Tools) -> bool:
             and tools.enroot.is_file() and tools.plugin.is_file())
 
 
-def find(stack: str = DEBIAN12) -> Tools:
+def find(stack: str = DEBIAN12, root: Root | None = None) -> Tools:
     """The install ``stack``'s sandbox uses; EnvironmentProblem naming the command that makes
     it when it is not there."""
-    tools = target(stack)
+    tools = target(stack, root=root)
     if not installed(tools):
         raise EnvironmentProblem(f"enroot and pyxis are not built for the {stack} stack "
                                  f"({tools.folder}); run `make setup` (SOURCES=DIR: a folder "
@@ -184,13 +228,14 @@ def find(stack: str = DEBIAN12) -> Tools:
 
 def ensure(sources: Path | None = None, stack: str = DEBIAN12, cache: Path | None = None,
            pins: dict[str, Pin] | None = None,
-           say: Callable[[str], None] = lambda line: None) -> Tools:
+           say: Callable[[str], None] = lambda line: None, root: Root | None = None) -> Tools:
     """The install for ``stack``: found, or built from ``sources`` (a folder; None: the
     release URLs). Nothing is installed unless every step succeeds."""
     pins = pins or load_pins()
-    cache = cache or cache_dir()
-    slurm = slurm_release(stack)
-    tools = Tools(cache / f"{stack}-{key(pins, stack, slurm)}")
+    cache = (cache or cache_dir()).absolute()
+    builder = Builder.of(stack, root)
+    label = builder.label()
+    tools = Tools(cache / f"{stack}-{key(pins, stack, label)}")
     if installed(tools):
         return tools
     cache.mkdir(parents=True, exist_ok=True)
@@ -208,19 +253,20 @@ def ensure(sources: Path | None = None, stack: str = DEBIAN12, cache: Path | Non
             work.mkdir()
             tars = {name: fetch(pin, sources, work) for name, pin in pins.items()}
             say(f"building enroot {pins['enroot'].version} and pyxis {pins['pyxis'].version} "
-                f"(Slurm {slurm}'s headers) in {tools.folder}")
+                f"(Slurm {builder.slurm()}'s headers, {stack}) in {tools.folder}")
             started = time.monotonic()
             log.write_text(f"building {tools.folder}\n")
-            _build(tars, pins, work, tools, log)
+            _build(builder, tars, pins, work, tools, log)
             stage = work / "stage" / tools.folder.relative_to("/")
             (stage / STAMP).write_text(json.dumps(
-                {"key": tools.folder.name.split("-", 1)[-1], "stack": stack, "slurm": slurm,
-                 "revision": REVISION, "pins": {n: asdict(p) for n, p in pins.items()},
+                {"key": tools.folder.name.split("-", 1)[-1], "stack": stack,
+                 "slurm": builder.slurm(), "built_on": label, "revision": REVISION,
+                 "pins": {n: asdict(p) for n, p in pins.items()},
                  "built": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1) + "\n")
             stage.rename(tools.folder)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        _probe(tools, pins["enroot"], log)
+        _probe(builder, tools, pins["enroot"], log)
         say(f"built in {time.monotonic() - started:.1f} s")
     return tools
 
@@ -288,17 +334,22 @@ def _run(what: str, argv: list[str], cwd: Path, log: Path, env: dict[str, str]) 
                                  f"see {log}")
 
 
-def _build(tars: dict[str, Path], pins: dict[str, Pin], work: Path, tools: Tools,
-           log: Path) -> None:
+def _build(builder: Builder, tars: dict[str, Path], pins: dict[str, Pin], work: Path,
+           tools: Tools, log: Path) -> None:
     """Both built and installed into ``work/stage/FOLDER`` (their paths are FOLDER's)."""
-    missing = [t for t in ("make", "cc") if shutil.which(t) is None]
+    system = builder.root.rootfs if builder.root else Path("/")
+    missing = [t for t in ("make", "cc") if not (system / "usr/bin" / t).exists()]
     if missing or not MAKESELF.exists():
         raise EnvironmentProblem(f"not installed: {', '.join(missing or ['makeself'])}; run "
                                  "`make setup`")
     stage = work / "stage"
     prefix = str(tools.folder)
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work), "LC_ALL": "C"}
-    env.pop("MAKEFLAGS", None)
+    env = builder.env(work)
+    binds = [tools.folder.parent]
+
+    def run(what: str, argv: list[str], cwd: Path) -> None:
+        _run(what, builder.argv(argv, binds), cwd, log, env)
+
     enroot = _unpack(tars["enroot"], pins["enroot"], work)
     # the submodules the release tar lacks: Debian's makeself, the system's kernel headers
     (enroot / "deps/makeself").mkdir(parents=True, exist_ok=True)
@@ -308,24 +359,26 @@ def _build(tars: dict[str, Path], pins: dict[str, Pin], work: Path, tools: Tools
     (enroot / "deps/dist/linux/include").mkdir(parents=True, exist_ok=True)
     # built first without DESTDIR: enroot's Makefile writes it into the paths of the script
     # and enroot.conf it makes; install then only copies
-    paths = [*ENROOT_MAKE, f"prefix={prefix}", f"sysconfdir={prefix}/etc"]
-    flags = {**env, "CPPFLAGS": ENROOT_CPPFLAGS}
-    _run("enroot's make all", ["make", "-j2", "all", *paths], enroot, log, flags)
-    _run("enroot's make install", ["make", "install", *paths, f"DESTDIR={stage}"], enroot, log,
-         flags)
+    paths = [*builder.enroot_make(), f"prefix={prefix}", f"sysconfdir={prefix}/etc"]
+    run("enroot's make all", ["make", "-j2", "all", *paths], enroot)
+    run("enroot's make install", ["make", "install", *paths, f"DESTDIR={stage}"], enroot)
     pyxis = _unpack(tars["pyxis"], pins["pyxis"], work)
-    _run("pyxis's make install", ["make", "-j2", "install", f"prefix={prefix}",
-                                  f"DESTDIR={stage}"], pyxis, log, env)
+    pyxis_env = {k: v for k, v in env.items() if k not in GLIBC_236}
+    _run("pyxis's make install", builder.argv(["make", "-j2", "install", f"prefix={prefix}",
+                                               f"DESTDIR={stage}"], binds), pyxis, log,
+         pyxis_env)
     built = Tools(stage / tools.folder.relative_to("/"))
     if not (built.enroot.is_file() and built.plugin.is_file()):
         raise EnvironmentProblem(f"enroot and pyxis cannot be built: no {built.enroot.name} or "
                                  f"{built.plugin.name} after make install; see {log}")
 
 
-def _probe(tools: Tools, pin: Pin, log: Path) -> None:
-    """``enroot version`` of the install says the pinned version; else it is removed."""
-    proc = subprocess.run([str(tools.enroot), "version"], capture_output=True, text=True,
-                          timeout=60, check=False)
+def _probe(builder: Builder, tools: Tools, pin: Pin, log: Path) -> None:
+    """``enroot version`` of the install, on its system, says the pinned version; else the
+    install is removed."""
+    proc = subprocess.run(builder.argv([str(tools.enroot), "version"], [tools.folder.parent]),
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env=builder.env(tools.folder) if builder.root else None)
     if proc.returncode != 0 or proc.stdout.strip() != pin.version:
         shutil.rmtree(tools.folder, ignore_errors=True)
         said = (proc.stdout + proc.stderr).strip().splitlines() or ["no output"]
