@@ -85,7 +85,7 @@ bench: venv  ## measure the CPU communicator, where its time goes, and weak scal
 demo: setup  ## the main command: Slurm sandbox up, ChainerMN MNIST on 2 nodes x 2 ranks, results
 	$(PY) examples/sandbox_demo.py
 
-sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-32; SITE=sandbox-dgx: DGX-shaped, 8 GPUs; STACK=debian13: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer); see docs/sandbox.md
+sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-32; SITE=sandbox-dgx: DGX-shaped, 8 GPUs; SITE=sandbox-pyxis: pyxis and enroot on the nodes; STACK=debian13: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer); see docs/sandbox.md
 	$(RT) sandbox up $(if $(SITE),--site $(SITE)) $(if $(NODES),--nodes $(NODES)) $(if $(STACK),--stack $(STACK))
 
 sandbox-down: venv  ## stop the sandbox: every process it started, its namespaces and links
