@@ -157,7 +157,10 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     if not image:
         raise UserError(f"--image: runtime {runtime!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
-    field = "--image" if req.image else "container.image"
+    # the profile's image for another runtime (--runtime apptainer with sandbox-pyxis's
+    # SquashFS): the argument is what chose it
+    field = "--image" if req.image else "container.image" if runtime == c.runtime \
+        else f"--runtime {runtime} with container.image"
     if runtime in ("apptainer", "singularity"):
         # a cpu SIF where the ranks have GPUs is refused, but for the sandbox's fake ones
         sif.check_image(image, field, gpus=part.topology.gpus > 0 and site.sandbox is None,

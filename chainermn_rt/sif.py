@@ -136,7 +136,11 @@ def check_image(image: str, field: str, gpus: bool, where: str = "") -> str | No
                         "which apptainer would fetch on every node; allowed: the path of a SIF "
                         "file (make sif FLAVOR=...; ./NAME for a file whose name has a ':')")
     path = Path(image)
-    if not path.is_file():
+    try:
+        here = path.is_file()
+    except OSError:  # a name too long for this machine's file system
+        here = False
+    if not here:
         return None  # not on this machine (or an image folder): the runtime says
     try:
         flavor = flavor_of(read_labels(path))
