@@ -14,15 +14,18 @@ DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client slurmdbd mariadb-server \
 	iproute2 numactl hwloc-nox shellcheck lmod tcl8.6 \
 	docker.io charliecloud debootstrap debian-archive-keyring xz-utils ca-certificates \
-	libjpeg62-turbo-dev libmpich12 libfabric-bin
+	libjpeg62-turbo-dev libmpich12 libfabric-bin \
+	makeself libbsd-dev libslurm-dev squashfs-tools jq parallel squashfuse fuse-overlayfs
+# the sandbox's unprivileged user on the Debian 12 stack (the debian13 root has its own)
+SANDBOX_USER := chainermn
 
-.PHONY: help setup apt venv host-mpich test test-fast bench lint demo sandbox-up sandbox-down \
+.PHONY: help setup apt user pyxis venv host-mpich test test-fast bench lint demo sandbox-up sandbox-down \
 	recipes image image-doctor base sif sqfs offline-wheels install-wheels install reframe-venv clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: apt venv host-mpich  ## install Debian packages, the .venv and build/mpich (idempotent)
+setup: apt user venv pyxis host-mpich  ## install Debian packages, the .venv, enroot and pyxis (SOURCES=DIR: their release tars), build/mpich (idempotent)
 
 apt:  ## install the Debian packages (as root; skipped when all are present)
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -30,6 +33,19 @@ apt:  ## install the Debian packages (as root; skipped when all are present)
 	  echo "apt: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+user:  ## the sandbox's unprivileged user for jobs on the Debian 12 stack (as root; once)
+	@id -u $(SANDBOX_USER) >/dev/null 2>&1 || \
+	  useradd --user-group --create-home --shell /bin/bash $(SANDBOX_USER)
+
+# the stacks whose nodes get enroot and pyxis (debian13: built inside the Debian 13 root,
+# which this builds the first time)
+PYXIS_STACKS ?= debian12 debian13
+
+pyxis: venv  ## enroot and pyxis for the sandbox's nodes, pinned in containers/versions.toml (SOURCES=DIR, else downloaded; PYXIS_STACKS; once)
+	for stack in $(PYXIS_STACKS); do \
+	  $(RT) sandbox pyxis --stack $$stack $(if $(SOURCES),--sources "$(SOURCES)") || exit; \
+	done
 
 venv: $(VENV)/.installed  ## the virtual environment with chainermn-rt, the patched chainer and test tools
 
@@ -77,7 +93,7 @@ bench: venv  ## measure the CPU communicator, where its time goes, and weak scal
 demo: setup  ## the main command: Slurm sandbox up, ChainerMN MNIST on 2 nodes x 2 ranks, results
 	$(PY) examples/sandbox_demo.py
 
-sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-32; SITE=sandbox-dgx: DGX-shaped, 8 GPUs; STACK=debian13: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer); see docs/sandbox.md
+sandbox-up: setup  ## start the local Slurm sandbox (2 nodes x 4 fake GPUs; NODES=1-32; SITE=sandbox-dgx: DGX-shaped, 8 GPUs; SITE=sandbox-pyxis: pyxis and enroot on the nodes; STACK=debian13: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer); see docs/sandbox.md
 	$(RT) sandbox up $(if $(SITE),--site $(SITE)) $(if $(NODES),--nodes $(NODES)) $(if $(STACK),--stack $(STACK))
 
 sandbox-down: venv  ## stop the sandbox: every process it started, its namespaces and links
@@ -105,7 +121,7 @@ image-doctor:  ## run `chainermn-rt doctor --image` inside the built FLAVOR imag
 sif:  ## build/images/chainermn-rt-FLAVOR.sif from the built image (FROM_DEF=1: from the .def alone); the host's apptainer, else the Debian 13 root's
 	$(PYTHON) -m containers.build sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
 
-sqfs:  ## Charliecloud SquashFS of the built FLAVOR image, in build/images/
+sqfs:  ## SquashFS of the built FLAVOR image for Charliecloud and enroot/pyxis, in build/images/
 	$(PYTHON) -m containers.build sqfs --flavor $(FLAVOR)
 
 install-wheels: venv  ## wheels of the host's chainermn-rt for `make install` (for $(PYTHON)'s version)

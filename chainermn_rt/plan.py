@@ -159,8 +159,12 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     if not image:
         raise UserError(f"--image: runtime {name!r} needs an image; allowed: a path or name, "
                         "given with --image or container.image in the site profile")
+    # the profile's image for another runtime (--runtime apptainer with sandbox-pyxis's
+    # SquashFS): the argument is what chose it
+    field = "--image" if req.image else "container.image" if name == site.container.runtime \
+        else f"--runtime {name} with container.image"
     # a cpu SIF where the ranks have GPUs is refused, but for the sandbox's fake ones
-    kind.check(site.container, image, "--image" if req.image else "container.image",
+    kind.check(site.container, image, field,
                gpus=part.topology.gpus > 0 and site.sandbox is None,
                where=f"partition {part.name!r}")
     c = kind.bind(site.container, filter(None, folders))

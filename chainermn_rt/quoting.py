@@ -12,7 +12,9 @@ One function per language; every writer of a file another program reads or runs 
   job fields;
 - :func:`comment`: what any of them writes after ``#`` or ``--``;
 - :func:`prometheus_label`: a label's value in Prometheus' text exposition (the timeline's
-  metrics, ``timeline/metrics.py``).
+  metrics, ``timeline/metrics.py``);
+- :func:`word`: a path in a file that splits its lines on blanks and has no quoting (Slurm's
+  plugstack.conf, enroot's fstab; ``sandbox/pyxis.py``).
 
 JSON (MANIFEST.json, the slot table) is ``json.dumps``, exact for any ``str``. Text that is
 not UTF-8 (a path's bytes, kept by Python as surrogates) is written exactly where the language
@@ -259,3 +261,21 @@ def prometheus_label(value: str, field: str = "a Prometheus label value") -> str
     "say \\"hi\\"\\\\\\n"
     """
     return '"' + "".join(_PROMETHEUS_ESCAPES.get(ch, ch) for ch in _utf8(value, field)) + '"'
+
+
+_WORD = re.compile(r"[A-Za-z0-9_.,:@%/+=-]+\Z")
+
+
+def word(value: str, field: str = "a configuration word") -> str:
+    """A word of a file that splits its lines on blanks and knows no quoting (plugstack.conf,
+    enroot's fstab, which also expands ``$``): such a value as it is, anything else (a blank, a
+    quote, ``$``, ``#``, a backslash, a control character) refused.
+
+    >>> word("/tmp/state-1/etc")
+    '/tmp/state-1/etc'
+    """
+    if not _WORD.match(value):
+        raise UserError(f"{field}: {message_value(value, 200, quote=True)} is not allowed here; "
+                        "allowed: letters, digits and _.,:@%/+=- (the file splits on blanks "
+                        "and has no quoting)")
+    return value

@@ -7,7 +7,7 @@ Example::
     python -m containers.build image --flavor cpu --base chainermn-rt/base:bookworm
     python -m containers.build sif --flavor cpu              # from the built image
     python -m containers.build sif --flavor cpu --from-definition   # from the .def alone
-    python -m containers.build sqfs --flavor cpu             # Charliecloud SquashFS (ch-convert)
+    python -m containers.build sqfs --flavor cpu             # SquashFS for Charliecloud and enroot
     python -m containers.build doctor --flavor gpu           # `chainermn-rt doctor --image` inside
 
 Docker builds go to DOCKER_HOST, else to a running system Docker service, else to this
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chainermn_rt import apptainer
+from chainermn_rt import apptainer, quoting
 from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.sandbox.debian import host_mirror
 from containers import recipe
@@ -305,9 +305,38 @@ def charliecloud(flavor: str, fmt: str) -> Path:
         if fmt == "dir":
             docker_to_dir(tag(flavor), target, charliecloud_env())
         else:
-            subprocess.run(["ch-convert", "-i", "docker", "-o", fmt, tag(flavor), str(target)],
-                           check=True, env=charliecloud_env())
+            docker_to_squash(tag(flavor), target, charliecloud_env())
     return target
+
+
+# in a SquashFS: what a login shell sources after Debian's /etc/profile has set its own PATH
+PROFILE_PATH = "etc/profile.d/chainermn-rt-path.sh"
+
+
+def docker_to_squash(image: str, target: Path, env: dict[str, str]) -> None:
+    """A SquashFS for Charliecloud and for enroot (pyxis): :func:`docker_to_dir`'s folder, then
+    ``ch-convert -i dir -o squash``. For enroot also the image's ENV in ``etc/environment``
+    (where enroot reads a container's environment: ``enroot import`` writes it there; ch-run
+    reads ``ch/environment``) and its PATH again in :data:`PROFILE_PATH`: enroot starts a
+    container through a login shell, and Debian's /etc/profile sets PATH itself. Without them
+    pyxis's ranks ran Debian's python3, not the image's venv ("No module named
+    chainermn_rt")."""
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as work:
+        folder = Path(work) / "image"
+        docker_to_dir(image, folder, env)
+        variables = (folder / "ch" / "environment").read_text()
+        environ = folder / "etc" / "environment"
+        before = environ.read_text() if environ.is_file() and not environ.is_symlink() else ""
+        environ.unlink(missing_ok=True)
+        environ.write_text(before + variables)
+        path = [line[5:] for line in variables.splitlines() if line.startswith("PATH=")]
+        if path:
+            (folder / PROFILE_PATH).parent.mkdir(parents=True, exist_ok=True)
+            (folder / PROFILE_PATH).write_text(
+                "# chainermn-rt (make sqfs): the image's PATH, which Debian's /etc/profile "
+                "replaced\n" f"PATH={quoting.sh(path[-1])}\nexport PATH\n")
+        subprocess.run(["ch-convert", "-i", "dir", "-o", "squash", str(folder), str(target)],
+                       check=True, env=env)
 
 
 def doctor(flavor: str) -> int:

@@ -159,6 +159,14 @@ def cpu_sif(cpu_image, debian13_root) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cpu_sqfs(cpu_image) -> Path:
+    """build/images/chainermn-rt-cpu.sqfs from the suite's cpu image (`make sqfs FLAVOR=cpu`),
+    built once a session: the pyxis sandbox's jobs (tests/test_jobs_pyxis.py) run in it."""
+    require_commands("ch-convert")
+    return image_build.charliecloud("cpu", "squash")
+
+
+@pytest.fixture(scope="session")
 def gpu_image(engine):
     """Tag of the gpu image: CUDA, cuDNN and NCCL wheels, UCX and Open MPI from Debian sources."""
     return _builds.image("gpu")

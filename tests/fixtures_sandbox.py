@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from chainermn_rt.errors import EnvironmentProblem
-from chainermn_rt.sandbox import Sandbox, SandboxError
+from chainermn_rt.sandbox import Sandbox, SandboxError, pyxis_build
 from chainermn_rt.sandbox.root import Root, ensure_root
 
 from conftest import require_commands
@@ -120,6 +120,40 @@ def sandbox_debian13(debian13_root):
     yield sb
     sb.down()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def pyxis_sandbox(profile: str, root: Root | None = None):
+    """The sandbox of a shipped pyxis profile (its slurmd loading pyxis, enroot on every node)
+    in a folder of its own in /tmp (its unprivileged user's jobs need the munge socket), up
+    while the generator is; enroot and pyxis not built (`make setup`): the test fails."""
+    require_commands(*SANDBOX_COMMANDS)
+    folder = Path(tempfile.mkdtemp(prefix=f"chainermn-rt-{profile}-"))
+    sb = Sandbox.from_profile(profile, state_dir=folder / "state")
+    try:
+        pyxis_build.find(sb.settings.stack, root)
+    except EnvironmentProblem as err:
+        pytest.fail(str(err), pytrace=False)
+    folder.chmod(0o755)
+    try:
+        sb.up()
+    except SandboxError as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.fail(f"the {profile} sandbox did not start: {err}", pytrace=False)
+    yield sb
+    sb.down()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sandbox_pyxis():
+    """sandbox-pyxis: the Debian 12 stack with pyxis, for one test module."""
+    yield from pyxis_sandbox("sandbox-pyxis")
+
+
+@pytest.fixture(scope="module")
+def sandbox_pyxis_debian13(debian13_root):
+    """sandbox-pyxis-debian13: Slurm 24.11's slurmd with pyxis in the Debian 13 root."""
+    yield from pyxis_sandbox("sandbox-pyxis-debian13", debian13_root)
 
 
 def user_folder(sb: Sandbox, name: str) -> Path:

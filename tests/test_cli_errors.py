@@ -35,8 +35,9 @@ def test_a_missing_profile_names_the_argument_that_gave_it(tmp_path, args, argum
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"chainermn-rt {args[0]}: error: {argument}: no-such.toml: no such file or directory; "
-        "allowed: a readable site profile (.toml) or a shipped one: cpu-cluster, dgx-h100, "
-        "quad-gpu, sandbox, sandbox-debian13, sandbox-dgx"]
+        "allowed: a readable site profile (.toml) or a shipped one: aws-efa, cpu-cluster, "
+        "cray-ex, dgx-h100, quad-gpu, sandbox, sandbox-debian13, sandbox-dgx, sandbox-pyxis, "
+        "sandbox-pyxis-debian13"]
 
 
 @pytest.mark.parametrize("name", ["a\nb.toml", "a\rb\x1b[2J.toml", "a\tb.toml"])

@@ -37,6 +37,14 @@ CASES = {
                                                 command=("python3", "examples/train_mnist.py"))),
     "dgx-h100-16": ("dgx-h100", Request(nodes=16, command=TRAIN, job_name="resnet50 16x8",
                                         env=(("NCCL_DEBUG", "WARN"),))),
+    # pyxis on the sandbox: the ranks in a SquashFS through srun's --container-image, /tmp
+    # mounted (its default image is the checkout's build/images/chainermn-rt-cpu.sqfs)
+    "sandbox-pyxis-2x2": ("sandbox-pyxis", Request(
+        nodes=2, image="/var/tmp/chainermn-rt-cpu.sqfs",
+        command=("python3", "/tmp/chainermn-rt/examples/train_mnist.py"))),
+    "sandbox-pyxis-debian13-2x2": ("sandbox-pyxis-debian13", Request(
+        nodes=2, image="/var/tmp/chainermn-rt-cpu.sqfs",
+        command=("python3", "/tmp/chainermn-rt/examples/train_mnist.py"))),
     "dgx-h100-debug-2gpu": ("dgx-h100", Request(nodes=1, gpus_per_node=2, partition="debug",
                                                 time="00:10:00", command=TRAIN)),
     "quad-gpu-32": ("quad-gpu", Request(nodes=32, command=TRAIN, account="chainer",

@@ -302,3 +302,17 @@ def test_job_records(tmp_path):
     assert result(records["3"]) == FinalState("TIMEOUT", 0)
     assert result(records["4"]) == ("COMPLETED", 0)  # a requeued job: the last record wins
     assert result(record("JobId=5 JobState=FAILED ExitCode=2:0")) == ("FAILED", 2)
+
+
+def test_a_daemon_gets_none_of_the_callers_descriptors(tmp_path):
+    """A descriptor the caller inherited (``flock FILE make sandbox-up``'s lock) is not passed
+    on: a daemon holding it would hold the lock for the sandbox's life."""
+    from chainermn_rt.sandbox import processes
+
+    with open(tmp_path / "lock", "w") as lock:
+        os.set_inheritable(lock.fileno(), True)
+        proc = processes.spawn(["sleep", "30"], tmp_path / "log", dict(os.environ))
+        try:
+            assert sorted(os.listdir(f"/proc/{proc['pid']}/fd")) == ["0", "1", "2"]
+        finally:
+            processes.stop([proc], grace=1)

@@ -14,6 +14,7 @@ from chainermn_rt.runtimes.base import Container, Runtime
 
 class Pyxis(Runtime):
     name = "pyxis"
+    file_image = True  # a SquashFS file (make sqfs), or a registry's reference
     install_image = (".sqsh", "a squashfs file ending in .sqsh (make sqfs)")
     launchers = ("srun",)
     command = "enroot"  # on every node: pyxis calls it

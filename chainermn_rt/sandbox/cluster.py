@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -23,13 +24,22 @@ from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError
 from chainermn_rt.quoting import sh
-from chainermn_rt.sandbox import accounting, daemons, netns, processes, scratch
+from chainermn_rt.sandbox import (
+    accounting,
+    daemons,
+    netns,
+    processes,
+    pyxis,
+    pyxis_build,
+    scratch,
+)
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.records import read_records, result
 from chainermn_rt.sandbox.root import Root, ensure_root, load_pins
 from chainermn_rt.sandbox.settings import (
     DEBIAN12,
     DEBIAN13,
+    HOST_USER,
     SandboxSettings,
     sandbox_settings,
     spanning,
@@ -143,7 +153,9 @@ class Sandbox:
         """The stack's command lines; the root as recorded by ``up`` (``record``), else none."""
         record = record if record is not None else self._record()
         folder = (record or {}).get("root")
-        return Launcher(self.settings, Root(Path(folder), load_pins()) if folder else None)
+        tools = (record or {}).get("pyxis")
+        return Launcher(self.settings, Root(Path(folder), load_pins()) if folder else None,
+                        pyxis_build.Tools(Path(tools)) if tools else None)
 
     def up(self, say=lambda line: None) -> str:
         """Start the sandbox (idempotent); what a sandbox that ended without ``down`` left is
@@ -169,6 +181,9 @@ class Sandbox:
         if missing:
             raise SandboxError(f"not installed: {', '.join(missing)}; run `make setup`")
         root = ensure_root(say=say) if in_root else None
+        tools = pyxis_build.find(self.settings.stack, root) if self.settings.pyxis else None
+        if tools is not None:
+            pyxis.check(self.settings, tools)
         scratch.check(self.settings)
         if self.settings.accounting:
             accounting.account_of(self.site)  # a bad account or QOS: refused before any start
@@ -178,6 +193,9 @@ class Sandbox:
                   "stack": self.settings.stack}
         if root is not None:
             record["root"] = str(root.folder)
+        if tools is not None:
+            pyxis.make_folders(self.settings)
+            record["pyxis"] = str(tools.folder)
         self._save(record)
         launch = self.launcher(record)
         try:
@@ -228,9 +246,10 @@ class Sandbox:
 
     def _write_files(self, launch: Launcher) -> None:
         inode = processes.netns_inode("/proc/self/ns/net") or 0
-        users = (launch.root.pins.user,) if launch.root else ()
+        users = (launch.root.pins.user,) if launch.root else self._host_user()
         for rel, text in render_files(self.site, self.settings, inode, launch, users).items():
             path = self.state_dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)  # etc/enroot/hooks.d...
             path.write_text(text)
             if rel.startswith("bin/") or rel.endswith(".sh"):
                 path.chmod(0o755)
@@ -242,13 +261,23 @@ class Sandbox:
                 os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))  # a character device: /dev/null
             except PermissionError:
                 dev.touch()  # slurmd only needs the path to exist
-        if launch.root and Path("/dev/fuse").exists():
-            # the root's users mount SIFs with squashfuse: a node of their own, the host's stays
+        if (launch.root or launch.tools) and Path("/dev/fuse").exists():
+            # users mount SIFs (the root's Apptainer) and SquashFS images (enroot, for pyxis)
+            # with squashfuse: a node of their own, the host's stays
             os.mknod(self.state_dir / FUSE, 0o666 | 0o020000, os.makedev(*FUSE_NUMBERS))
             os.chmod(self.state_dir / FUSE, 0o666)
         key = self.state_dir / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o600)
+
+    @staticmethod
+    def _host_user() -> tuple[str, ...]:
+        """The Debian 12 stack's unprivileged user, in the account where the host has it."""
+        try:
+            pwd.getpwnam(HOST_USER)
+        except KeyError:
+            return ()
+        return (HOST_USER,)
 
     def down(self) -> str:
         """Cancel jobs, stop every recorded daemon, then whatever is left in the sandbox's

@@ -14,7 +14,7 @@ from __future__ import annotations
 import jinja2
 
 from chainermn_rt.quoting import sh, sh_join
-from chainermn_rt.sandbox import accounting, netns
+from chainermn_rt.sandbox import accounting, netns, pyxis
 from chainermn_rt.sandbox.settings import SandboxSettings, spanning
 from chainermn_rt.sandbox.stacks import Launcher
 from chainermn_rt.site import Site, data_dir
@@ -55,7 +55,8 @@ def task_exports(settings: SandboxSettings) -> dict[str, str]:
 def render_files(site: Site, settings: SandboxSettings, host_netns_inode: int = 0,
                  launch: Launcher | None = None, users: tuple[str, ...] = ()) -> dict[str, str]:
     """Every generated file, keyed by its path relative to the state folder. ``launch``: the
-    stack's (default the host's own); ``users``: besides root, in the account."""
+    stack's (default the host's own), with its ``tools`` pyxis's files; ``users``: besides
+    root, in the account."""
     launch = launch or Launcher(settings)
     names = settings.node_names()
     nodes = [{"name": n, "addr": str(settings.node_address(i))}
@@ -78,6 +79,8 @@ def render_files(site: Site, settings: SandboxSettings, host_netns_inode: int = 
         "head_addr": str(settings.head_address()), "head_name": netns.HEAD,
         "exports": task_exports(settings), "accounting": settings.accounting,
         "pmix_timeout_s": PMIX_TIMEOUT_S,
+        "plugstack": f"{settings.state_dir}/{pyxis.PLUGSTACK}" if launch.tools else None,
+        "task_prolog": launch.tools is None or pyxis.task_prolog(settings),
     }
     env = _env()
     files = {f"etc/{name}": env.get_template(f"{name}.j2").render(values)
@@ -88,6 +91,8 @@ def render_files(site: Site, settings: SandboxSettings, host_netns_inode: int = 
         files["etc/slurmdbd.conf"] = env.get_template("slurmdbd.conf.j2").render(values)
         files["etc/accounts.cfg"] = accounting.load_file(site, users)
         files["etc/accounts.sacctmgr"] = accounting.sacctmgr_commands(site)
+    if launch.tools is not None:
+        files.update(pyxis.files(settings, launch.tools))
     enter = sh_join(launch.client(), "the sandbox's root")
     for command in CLIENTS:
         files[f"bin/{command}"] = env.get_template("client.sh.j2").render(

@@ -47,13 +47,29 @@ def reap(pid: int) -> None:
 def spawn(argv: list[str], log: Path, env: dict[str, str]) -> dict:
     """Start a daemon in the foreground in its own session, its output appended to ``log``.
 
-    posix_spawn, not Popen: the daemon outlives this process, which never waits for it.
+    posix_spawn, not Popen: the daemon outlives this process, which never waits for it. It
+    gets none of this process's other descriptors: one inherited from a caller (``flock FILE
+    make ...``'s lock) would be held for the daemon's life.
     """
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
                (os.POSIX_SPAWN_DUP2, 1, 2)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited_fds()]
     pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
     return {"pid": pid, "start": start_time(pid), "argv": argv}
+
+
+def inherited_fds() -> list[int]:
+    """This process's descriptors above 2 that a program it starts would inherit."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                found.append(fd)
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return found
 
 
 def stop(procs: list[dict], grace: float = 10.0) -> list[dict]:

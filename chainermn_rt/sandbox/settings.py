@@ -35,6 +35,9 @@ DEBIAN12, DEBIAN13 = SANDBOX_STACKS
 STACKS = {DEBIAN12: "the host's Debian 12 packages: Slurm 22.05, PMIx 4.2, Open MPI 4.1",
           DEBIAN13: "a Debian 13 root: Slurm 24.11, PMIx 5, Open MPI 5, Apptainer 1.4.5"}
 DEFAULT_STACK = DEBIAN12
+# The Debian 12 stack's unprivileged user for jobs (`make setup` adds it to the host; the
+# debian13 root has its own, slurm/sandbox/debian13.toml)
+HOST_USER = "chainermn"
 
 
 def default_state_dir() -> Path:
@@ -63,6 +66,7 @@ class SandboxSettings:
     scratch: tuple[str, ...] = ()
     accounting: bool = False  # MariaDB + slurmdbd (accounting.py)
     stack: str = DEFAULT_STACK  # whose Slurm, MPI and Apptainer (stacks.py)
+    pyxis: bool = False  # the profile's runtime: its nodes load pyxis, with enroot (pyxis.py)
 
     @property
     def prefix(self) -> str:
@@ -70,13 +74,20 @@ class SandboxSettings:
 
     @property
     def tmpfs(self) -> str:
-        """slurm.conf's TmpFS: each node's own temporary folder in the state folder."""
-        return f"{self.state_dir}/tmp/%n"
+        """slurm.conf's TmpFS: each node's own temporary folder, by its name in the state
+        folder; with pyxis one path on each node's own scratch (enroot's PMI hook reads it from
+        ``scontrol show config``, ``%n`` unexpanded)."""
+        return self._node_folder("tmp")
 
     @property
     def spool_dir(self) -> str:
-        """slurm.conf's SlurmdSpoolDir."""
-        return f"{self.state_dir}/spool/%n"
+        """slurm.conf's SlurmdSpoolDir, as :attr:`tmpfs`."""
+        return self._node_folder("spool")
+
+    def _node_folder(self, name: str) -> str:
+        if self.pyxis and self.scratch:
+            return f"{self.scratch[0]}/slurm/{name}"
+        return f"{self.state_dir}/{name}/%n"
 
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
@@ -127,4 +138,5 @@ def sandbox_settings(site: Site, nodes: int | None = None,
                            scratch=tuple(sorted({p.local_scratch for p in site.partitions
                                                  if p.local_scratch})),
                            accounting=site.sandbox.accounting,
-                           stack=stack or site.sandbox.stack or DEFAULT_STACK)
+                           stack=stack or site.sandbox.stack or DEFAULT_STACK,
+                           pyxis=site.container.runtime == "pyxis")

@@ -25,14 +25,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from chainermn_rt.sandbox import netns, scratch
+from chainermn_rt.sandbox import netns, pyxis, scratch
+from chainermn_rt.sandbox.pyxis_build import Tools
 from chainermn_rt.sandbox.root import Bind, Root, enter_argv
 from chainermn_rt.sandbox.settings import DEBIAN13, SandboxSettings
 from chainermn_rt.site import checkout
 
 MOUNT_HOSTS = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
 SET_HOSTNAME = 'hostname "$0" && exec "$@"'
-FUSE = "dev/fuse"  # in the state folder: /dev/fuse for every user (debian13's nodes)
+FUSE = "dev/fuse"  # in the state folder: /dev/fuse for every user (debian13's, pyxis's nodes)
 FUSE_NUMBERS = (10, 229)
 # System prefixes the root has its own of: never bound over it.
 _SYSTEM = ("/", "/usr", "/usr/local", "/bin", "/lib", "/etc", "/var", "/opt")
@@ -40,10 +41,12 @@ _SYSTEM = ("/", "/usr", "/usr/local", "/bin", "/lib", "/etc", "/var", "/opt")
 
 @dataclass(frozen=True)
 class Launcher:
-    """Command-line prefixes for ``settings``' stack; ``root`` for ``debian13``."""
+    """Command-line prefixes for ``settings``' stack; ``root`` for ``debian13``; ``tools``:
+    enroot and pyxis, for a sandbox whose nodes load pyxis."""
 
     settings: SandboxSettings
     root: Root | None = None
+    tools: Tools | None = None
 
     @property
     def in_root(self) -> bool:
@@ -90,17 +93,25 @@ class Launcher:
 
     def node(self, node: str) -> list[str]:
         """A node's slurmd: the node's network, UTS and mount namespaces, its hostname, the
-        sandbox's /etc/hosts, the node's own scratch at every ``local_scratch`` path."""
+        sandbox's /etc/hosts, the node's own scratch at every ``local_scratch`` path; with
+        ``tools``, the sandbox's enroot configuration and enroot on PATH."""
         s = self.settings
         net = ["nsenter", f"--net={netns.path(s.netns(node))}"]
+        fuse = s.state_dir / FUSE if (s.state_dir / FUSE).exists() else None
+        binds = pyxis.node_binds(s, self.tools, None if self.in_root else fuse) \
+            if self.tools else []
+        env = pyxis.node_env(self.tools) if self.tools else []
         if not self.in_root:
+            mounts = [w for source, target in binds
+                      for w in ("sh", "-c", scratch.MOUNT_ONE, str(source), str(target))]
             return [*net, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
-                    MOUNT_HOSTS, node, str(self.hosts()), *scratch.mount_argv(s, node)]
+                    MOUNT_HOSTS, node, str(self.hosts()), *scratch.mount_argv(s, node),
+                    *mounts, *env]
         extra: list[Bind] = [(self.hosts(), "/etc/hosts")]
         if (s.state_dir / FUSE).exists():
             extra.append((s.state_dir / FUSE, "/dev/fuse"))
         extra += [(scratch.node_folder(s, node), path) for path in s.scratch]
-        return [*net, *self._enter(extra, node)]
+        return [*net, *self._enter([*extra, *binds], node), *env]
 
     def slurmdbd_env(self) -> list[str]:
         """``env`` arguments for slurmdbd: in the root, the older client library of MariaDB

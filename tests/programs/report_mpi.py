@@ -1,13 +1,14 @@
 """Which MPI a rank really runs, as one JSON line (tests/test_jobs_debian13.py): the world mpi4py
 sees, the MPI library's own version, the libmpi and PMIx client files mapped into this process
 with the PMIx client's version (``PMIx_Get_version``), the PMIx server's version (the variable
-Slurm's PMIx plugin sets) and the OS the rank sees. Ends with a Barrier."""
+Slurm's PMIx plugin sets), the OS the rank sees and its Python. Ends with a Barrier."""
 
 import ctypes
 import json
 import os
 import platform
 import socket
+import sys
 
 from mpi4py import MPI
 
@@ -34,5 +35,6 @@ print(json.dumps({
     "libmpi": mapped("libmpi.so") or mapped("libmpich.so"),
     "pmix_client": pmix_client(pmix), "pmix_server": os.environ.get("PMIX_VERSION"),
     "os": platform.freedesktop_os_release().get("PRETTY_NAME"), "uid": os.getuid(),
+    "python": sys.executable,
 }), flush=True)
 comm.Barrier()
