@@ -9,7 +9,8 @@ PY      := $(VENV)/bin/python
 RT      := $(VENV)/bin/chainermn-rt
 WHEELS  := build/wheels
 FLAVOR  ?= cpu
-# Debian packages the bundle uses on the build/login host.
+# Debian packages the bundle uses on the build/login host (libmpich12: the site MPI the image
+# tests bind in; it installs no `mpi` alternative, Open MPI stays the host's mpicc).
 DEBIAN_PACKAGES := python3-venv python3-dev build-essential git \
 	openmpi-bin libopenmpi-dev munge slurmctld slurmd slurm-client slurmdbd mariadb-server \
 	iproute2 numactl hwloc-nox shellcheck lmod tcl8.6 \

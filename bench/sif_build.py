@@ -4,8 +4,9 @@ definition alone (``Bootstrap: debootstrap`` from the host's mirror, pip from Py
 checked: its environment (``apptainer exec --cleanenv ... env``) and its chainermn-rt labels the
 same for both, VERSIONS the committed one, ``chainermn-rt doctor --image X.sif`` passing.
 
-The definition's build takes several minutes on 2 cores (it compiles mpi4py and the patched
-chainer wheel, as the Docker build does): this is why it is here and not in the test suite.
+The definition's build takes minutes on 2 cores (it bootstraps Debian twice and compiles the
+patched chainer wheel, as the Docker build does): this is why it is here and not in the test
+suite.
 Run: ``python -m bench.sif_build [--flavor cpu] [--how image definition]`` (the image first:
 ``make image FLAVOR=cpu``). Prints one JSON object (bench/RESULTS.md records them).
 """

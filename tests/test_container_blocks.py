@@ -17,6 +17,7 @@ from containers.blocks import (
     dali,
     debian_source,
     gdrcopy,
+    libfabric,
     libjpeg_turbo,
     metadata,
     mpi4py,
@@ -229,7 +230,7 @@ def test_singularity_gets_the_ca_bundle_in_downloading_stages_and_debian_from_it
 
 def test_openmpi_binary():
     block = openmpi.binary()
-    assert block.build == () and block.runtime_packages == ("openmpi-bin",)
+    assert block.build == block.build_packages == () and block.runtime_packages == ("openmpi-bin",)
     assert docker(compose.Env(block.defaults, defaults=True)) == (
         'ENV OMPI_MCA_btl_vader_single_copy_mechanism="none"\n')
 
@@ -337,11 +338,28 @@ def test_libjpeg_turbo():
 
 
 def test_mpi4py():
-    assert docker(*mpi4py.block("4.1.2", "/usr/bin/mpicc").build) == (
-        "# mpi4py from source, linked to this image's MPI\n"
-        f"RUN {SECRET}{CA_PRELUDE} && \\\n"
-        "    MPICC=/usr/bin/mpicc CFLAGS='-O2 -g0 -fwrapv -DNDEBUG' pip install --no-cache-dir"
-        " --no-binary=mpi4py mpi4py==4.1.2\n")
+    """PyPI's wheel (both MPI families' back-ends), never a build; no MPI4PY_* variable set."""
+    block = mpi4py.block("4.1.2")
+    assert docker(*block.build) == (
+        "# mpi4py's wheel: MPICH's and Open MPI's back-ends, one chosen at import\n"
+        f"RUN {CACHE}{SECRET}{CA_PRELUDE} && \\\n"
+        "    pip install --only-binary=mpi4py mpi4py==4.1.2\n")
+    assert block.env == block.defaults == block.build_packages == block.runtime == ()
+
+
+def test_libfabric():
+    """Debian's libfabric and its tools at the pinned version, in the runtime stage only."""
+    block = libfabric.debian("1.17.0-3")
+    assert docker(*compose.runtime_stage("r:1", [block]).steps) == (
+        "# DL3008: the suite's security updates replace exact versions; the stable suite and versions.toml fix what matters\n"
+        "# hadolint ignore=DL3008\n"
+        "RUN apt-get update && \\\n"
+        "    apt-get install -y --no-install-recommends libfabric-bin=1.17.0-3 libfabric1=1.17.0-3 && \\\n"
+        "    apt-get clean && \\\n"
+        "    rm -rf /var/lib/apt/lists/*\n"
+        'ENV PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"\n')
+    assert compose.build_stage("b:1", [block]).steps == [compose.environment([block])]
+    assert block.env == block.defaults == block.library_dirs == ()  # FI_* are the job's
 
 
 def test_chainermn_rt():

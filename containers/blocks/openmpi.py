@@ -22,14 +22,12 @@ from containers.blocks import debian_source, pmix, source, ucx
 from containers.recipe import Block, Copy
 
 PREFIX = "/opt/openmpi"
-MPICC = f"{PREFIX}/bin/mpicc"
 # mpirun's launcher wants an ssh client even for ranks on its own node (as Debian's
 # openmpi-bin depends on one)
 SSH = ("openssh-client",)
 # Debian 12's libraries an Open MPI built against its libevent and hwloc loads
 DEBIAN_RUNTIME_PACKAGES = ("libevent-2.1-7", "libevent-pthreads-2.1-7", "libhwloc15", "zlib1g",
                            *SSH)
-DEBIAN_MPICC = "/usr/bin/mpicc"
 # Our patches of Debian's source, by upstream version. 4.1.4: MPI_Init's modex fence no longer
 # progresses the BTLs (a segfault at start-up; issue 25, bench/RESULTS.md).
 FIXES = {"4.1.4": ("openmpi-4.1.4-modex-fence.patch",)}
@@ -60,9 +58,9 @@ def _block(step, packages=(), runtime_packages=(), copies=()) -> Block:
 
 
 def binary() -> Block:
-    """Debian's Open MPI (cpu flavour): the packages, nothing built."""
-    return Block("openmpi", build_packages=("openmpi-bin", "libopenmpi-dev"),
-                 runtime_packages=("openmpi-bin",), defaults=NO_CMA)
+    """Debian's Open MPI (cpu flavour): the run-time packages; nothing is built against it
+    (mpi4py is a wheel)."""
+    return Block("openmpi", runtime_packages=("openmpi-bin",), defaults=NO_CMA)
 
 
 def fixes(version: str) -> tuple[str, ...]:

@@ -3,14 +3,15 @@
 Debian 12 as base; CUDA 12's runtime and libraries, cuDNN and NCCL from NVIDIA's PyPI
 wheels (pyproject's ``gpu`` extra); UCX and Open MPI built CUDA-aware from Debian 12's
 source packages (apt's signatures vouch for them) against Debian's PMIx, the one its
-Slurm uses; Debian's libjpeg-turbo for chainermn_rt's JPEG decoder. No gdrcopy: no
-reachable source carries it.
+Slurm uses; mpi4py's wheel (both MPI families); Debian's libfabric for a site's OFI provider;
+Debian's libjpeg-turbo for chainermn_rt's JPEG decoder. No gdrcopy: no reachable source
+carries it.
 
 Example::
 
     >>> from containers.versions import load
     >>> sorted(system_versions(load()))
-    ['cuda', 'debian', 'libjpeg-turbo', 'openmpi', 'pmix', 'ucx']
+    ['cuda', 'debian', 'libfabric', 'libjpeg-turbo', 'openmpi', 'pmix', 'ucx']
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from containers.blocks import (
     cuda,
     cupy,
     debian_source,
+    libfabric,
     libjpeg_turbo,
     mpi4py,
     openmpi,
@@ -41,6 +43,7 @@ def system_versions(v: dict) -> dict[str, str]:
     return {"debian": d["suite"], "cuda": python_pins(EXTRAS)["nvidia-cuda-runtime-cu12"],
             "openmpi": debian_source.upstream(d["openmpi"]),
             "ucx": debian_source.upstream(d["ucx"]), "pmix": d["pmix"],
+            "libfabric": debian_source.upstream(d["libfabric"]),
             "libjpeg-turbo": debian_source.upstream(d["libjpeg-turbo"])}
 
 
@@ -55,8 +58,9 @@ def recipe(v: dict, flavor: str = "gpu", extras: tuple[str, ...] = EXTRAS,
               cuda.wheels(python_pins(("gpu", "gpu-build"))),
               rdma_core.block(), pmix.debian(), ucx.debian(d["ucx"]),
               openmpi.debian(d["openmpi"]),
-              mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
+              mpi4py.block(gpu_pins["mpi4py"]),
               cupy.block(wheel_pins, f"{prefix}/venv"),
+              libfabric.debian(d["libfabric"]),
               libjpeg_turbo.debian(d["libjpeg-turbo"]),
               *added,
               bundle.block(f"{prefix}/src", extras)]
@@ -68,5 +72,5 @@ def recipe(v: dict, flavor: str = "gpu", extras: tuple[str, ...] = EXTRAS,
         compose.runtime_stage(base, blocks, compose.final_steps(flavor, v, system_versions(v),
                                                                 extras),
                               comment="the run-time stack only: Python, rdma-core, PMIx, NUMA, "
-                                      "libjpeg-turbo"),
+                                      "libfabric, libjpeg-turbo"),
     ])

@@ -48,7 +48,7 @@ def recipe(v: dict) -> Recipe:
     blocks = [python_venv.block(prefix, pip_pin()), rdma_core.block(),
               gdrcopy.block(v["gdrcopy"]), ucx.upstream(v["ucx"]), pmix.upstream(v["pmix"]),
               openmpi.upstream(v["openmpi"]),
-              mpi4py.block(gpu_pins["mpi4py"], openmpi.MPICC),
+              mpi4py.block(gpu_pins["mpi4py"]),
               cupy.block(wheel_pins, f"{prefix}/venv"),
               libjpeg_turbo.ubuntu(v["cuda"]["libjpeg-turbo"]),
               bundle.block(f"{prefix}/src", EXTRAS)]
