@@ -128,3 +128,51 @@ def test_ranks_in_the_image_on_slurm_24_11_through_pyxis(sandbox_pyxis_debian13,
     seen = {(r["os"], r["python"], r["mpi"], r["pmix_server"], r["uid"]) for r in ranks}
     assert seen == {(IMAGE_OS, IMAGE_PYTHON, "Open MPI v4.1.4", "5.0.7a1", pins.uid)}, seen
     assert [line for line in log.splitlines() if not line.startswith("{")] == [], log
+
+
+def bind_profile(ctx: dict, name: str, library: Path, *more: str) -> dict:
+    """``ctx`` with a copy of its profile whose ranks use ``library``, the host's MPICH bound
+    into the container (the bind model), started by Slurm's pmi2 plugin."""
+    text = ctx["profile"].read_text()
+    assert 'srun_mpi = "pmix"' in text
+    profile = ctx["profile"].with_name(f"{name}.toml")
+    profile.write_text(text.replace('srun_mpi = "pmix"', 'srun_mpi = "pmi2"')
+                       + f'\n[mpi]\nmodel = "bind"\nfamily = "mpich"\nlibrary = "{library}"\n'
+                       f'paths = ["{library.parent}"]\n' + "".join(more))
+    return {**ctx, "profile": profile}
+
+
+def test_the_hosts_mpich_bound_into_the_image_through_pyxis(as_user):
+    """Issue 42's bind model on the Debian 12 stack, as the user: (a) Debian 12's MPICH 4.0.2
+    (ch4:ucx), laid out as a site lays out its MPI (a folder holding the library and the
+    ``libmpi.so.12`` name mpi4py's mpich back-end links), bound into the cpu image, its ranks in
+    one world of 4 through ``srun --mpi=pmi2``, then MNIST; (b) MPICH's wheel (ch4:ofi over
+    libfabric's tcp, its own libfabric beside it) bound the same way."""
+    site = user_folder(as_user["sb"], "site-mpich")
+    shutil.copy2("/usr/lib/x86_64-linux-gnu/libmpich.so.12", site / "libmpich.so.12")
+    (site / "libmpi.so.12").symlink_to("libmpich.so.12")
+    debian = bind_profile(as_user, "debian-mpich", site / "libmpi.so.12")
+    program = str(as_user["tree"] / "tests" / "programs" / "report_mpi.py")
+    state, log = submit(debian, "report", ["python3", program])
+    assert state == "COMPLETED", log[-3000:]
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    assert [(r["rank"], r["size"]) for r in ranks] == [(i, 4) for i in range(4)], log
+    assert {(r["mpi"], r["libmpi"], r["os"]) for r in ranks} == {
+        ("MPICH Version:\t4.0.2", str(site / "libmpich.so.12"), IMAGE_OS)}, log
+    out = as_user["tree"].parent / f"mpich-result-{secrets.token_hex(3)}"
+    state, log = submit(debian, "mnist", [
+        "python3", str(as_user["tree"] / "examples" / "train_mnist.py"), "--n-train", "2000",
+        "--n-test", "200", "--unit", "50", "--log-every", "10", "--no-progress",
+        "--iterations", "20", "--out", str(out)])
+    assert state == "COMPLETED", log[-3000:]
+    assert len({d for _, d in DIGEST.findall(log)}) == 1 and len(DIGEST.findall(log)) == 4, log
+    wheel = user_folder(as_user["sb"], "site-mpich-wheel") / "lib"
+    shutil.copytree(REPO / "build" / "mpich" / "lib", wheel, symlinks=True,
+                    ignore=shutil.ignore_patterns("python*"))
+    ofi = bind_profile(as_user, "mpich-ofi", wheel / "libmpi.so.12",
+                       '\n[fabric]\nkind = "ofi"\nprovider = "tcp"\n')
+    state, log = submit(ofi, "report", ["python3", program])
+    assert state == "COMPLETED", log[-3000:]
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    assert [(r["rank"], r["size"]) for r in ranks] == [(i, 4) for i in range(4)], log
+    assert {r["mpi"] for r in ranks} == {"MPICH Version:      5.0.2"}, log
