@@ -137,7 +137,7 @@ def test_a_slower_rank_nobody_waits_for_is_a_note(compute, data):
     line = judge.line(hosts)
     assert line.startswith("chainermn-rt: slow node: none (") and ADVICE not in line
     assert f"rank {slow} on node{slow}: compute " in line
-    assert "for it: it costs the job no time" in line
+    assert "of a step for it (a slow node makes them wait 15%)" in line
 
 
 @settings(max_examples=50, deadline=None)

@@ -24,7 +24,7 @@ Three outcomes, for a rank with at least :data:`MIN_STEPS` such steps:
   least half the wait; else no phase of its own holds it: its CPU shared, or the scheduler),
   with no advice;
 - *slower, not waited for*: the ratio at least :data:`SLOW_RATIO` but the wait under
-  :data:`WAIT_SHARE`: a note; it costs the job no time.
+  :data:`WAIT_SHARE`: a note, no advice (its slowness costs the job little or no time).
 
 Medians, not means: a rank slowed in a few steps (a garbage collection, rank 0's logging) is
 not named; a rank slowed in most steps is. Jitter of up to 5 % on every phase of every rank
@@ -256,4 +256,5 @@ def _waited(v: Verdict, hosts: dict[int, str]) -> str:
 
 def _noted(v: Verdict, hosts: dict[int, str]) -> str:
     return (f"{_who(v, hosts)}: compute {v.ratio:.2f}x its peers' median, but the others wait "
-            f"{max(v.wait, 0):.0%} of a step for it: it costs the job no time")
+            f"{max(v.wait, 0):.0%} of a step for it (a slow node makes them wait "
+            f"{WAIT_SHARE:.0%})")
