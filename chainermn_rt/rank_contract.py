@@ -61,6 +61,14 @@ METRICS_DIR_VAR = "CHAINERMN_RT_METRICS_DIR"
 # interconnect.py): the rank step puts them first on LD_LIBRARY_PATH before COMMAND starts.
 HOST_LIBS_VAR = "CHAINERMN_RT_HOST_LIBS"
 
+# Staging (chainermn_rt.staging, `render --stage`): the node-local folder of this job's copies,
+# and the staged folders (a JSON list). The job ids Slurm lists for the user when the copy step
+# starts: the copy step removes other jobs' folders that a kill (time limit, scancel) left on
+# its node (stage_copy.sweep).
+STAGE_DIR_VAR = "CHAINERMN_RT_STAGE_DIR"
+STAGE_FROM_VAR = "CHAINERMN_RT_STAGE_FROM"
+STAGE_LIVE_JOBS_VAR = "CHAINERMN_RT_STAGE_LIVE_JOBS"
+
 # The settings above that a rank reads from its environment: name -> (parse, what is allowed).
 # A profile's [environment] and `render --env` are checked with them before a job is submitted;
 # the per-rank step and setup() check them again before anything starts (check_settings).

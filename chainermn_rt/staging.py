@@ -27,14 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.rank_contract import STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR
 from chainermn_rt.slurm_rules import check_printable
 
-# The node-local folder of this job's copies, and the staged folders (a JSON list).
-STAGE_DIR_VAR = "CHAINERMN_RT_STAGE_DIR"
-STAGE_FROM_VAR = "CHAINERMN_RT_STAGE_FROM"
-# The job ids Slurm lists for the user when the copy step starts: the copy step removes other
-# jobs' folders that a kill (time limit, scancel) left on its node (stage_copy.sweep).
-STAGE_LIVE_JOBS_VAR = "CHAINERMN_RT_STAGE_LIVE_JOBS"
+# The variables the job script exports (their names in rank_contract, which the timeline reads
+# too).
 VARIABLES = (STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR)
 # A job's node-local folder: this prefix and the job id, in the partition's local_scratch.
 FOLDER_PREFIX = "chainermn-rt-stage-"

@@ -77,15 +77,19 @@ def run_demo(sandbox: Sandbox, out: Path, iterations: int, site: str = "sandbox"
         return 1
     accuracy = final_accuracy(out / "result")
     print("final accuracy: " + ", ".join(f"{k} {v:.4f}" for k, v in accuracy.items()))
-    return report(out, job)
+    return report(out, job, shown=text)
 
 
-def report(out: Path, job: str) -> int:
-    """``chainermn-rt report`` of the job's timeline (``out/timeline/JOB``); 0 if written."""
+def report(out: Path, job: str, shown: str = "") -> int:
+    """``chainermn-rt report`` of the job's timeline (``out/timeline/JOB``); 0 if written.
+    Its lines that the job's log ``shown`` holds already (the slow-node line: rank 0 prints
+    it at the end of training, the report from the records) are not printed again."""
     folder = out / TIMELINE_FOLDER / job
     proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "report", str(folder)],
                           capture_output=True, text=True)
-    print(proc.stdout + proc.stderr, end="", flush=True)
+    seen = set(shown.splitlines())
+    print("".join(line for line in (proc.stdout + proc.stderr).splitlines(keepends=True)
+                  if line.rstrip("\n") not in seen), end="", flush=True)
     if proc.returncode != 0:
         print(f"demo FAILED: no report of job {job}'s timeline")
         return 1

@@ -188,6 +188,8 @@ def test_demo_trains_mnist_across_two_nodes_with_identical_parameters(sandbox, t
     report = re.search(r"^where the job's time went, rank by rank: (\S+/report\.html) ", out,
                        re.MULTILINE)
     assert report and os.path.isfile(report.group(1)), out
+    # the slow-node line once: rank 0's, in the job's log (the report's, the same, not again)
+    assert out.count("chainermn-rt: slow node: ") == 1, out
 
 
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path):

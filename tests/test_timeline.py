@@ -100,6 +100,8 @@ def test_a_crashed_run_merges_up_to_the_crash(tmp_path):
     (lambda t: t.replace('"kind":"step","it":5,', '"kind":"step","it":"5",', 1),
      "line 6: it is '5'; allowed: a whole number >= 0"),
     (lambda t: t.replace('"format":1', '"format":9'), "line 1: format is 9; allowed: 1"),
+    (lambda t: t.replace('"staged":false', '"staged":"yes"'),
+     "line 1: staged is 'yes'; allowed: true or false"),
     (lambda t: "\n".join(t.splitlines()[1:]) + "\n", "line 1: a 'step' line before any part"),
     (lambda t: t.replace('"ph":[["data",', '"ph":[["lunch",', 1), "line 2: phase name 'lunch'"),
     (lambda t: t + "\x00\xff\n", "line 33: not JSON"),

@@ -2,12 +2,13 @@
 the steps it recorded since (a *window*), and rank 0 keeps the straggler rule's tallies
 (:class:`~chainermn_rt.timeline.straggler.Judge`) and the figures the site's metrics show.
 
-A window is an array of rows ``(index, data, compute, exchange, update, step, samples)``, one
-per recorded step, durations in microseconds; ``index`` counts the part's recorded steps
-from 0 (the rule skips the first :data:`~chainermn_rt.timeline.straggler.WARMUP`).
+A window is an array of rows ``(index, data, compute, exchange, update, ext, step,
+samples)``, one per recorded step, durations in microseconds (``ext``: all extensions);
+``index`` counts the part's recorded steps from 0 (the rule skips the first
+:data:`~chainermn_rt.timeline.straggler.WARMUP`).
 
 >>> import numpy
->>> rows = lambda c: numpy.array([[i, 0, c, 10, 1, c + 11, 8] for i in range(30)], float)
+>>> rows = lambda c: numpy.array([[i, 0, c, 10, 1, 0, c + 11, 8] for i in range(30)], float)
 >>> live = Live(2)
 >>> live.add([rows(100.0), rows(100.0)], seconds=0.5)
 >>> round(live.figures.images_per_s), live.figures.steps, live.judge.steps()
@@ -22,8 +23,8 @@ import numpy
 
 from chainermn_rt.timeline.straggler import WARMUP, Judge, slowest
 
-COLUMNS = ("index", "data", "compute", "exchange", "update", "step", "samples")
-INDEX, DATA, COMPUTE, EXCHANGE, UPDATE, STEP, SAMPLES = range(len(COLUMNS))
+COLUMNS = ("index", "data", "compute", "exchange", "update", "ext", "step", "samples")
+INDEX, DATA, COMPUTE, EXCHANGE, UPDATE, EXT, STEP, SAMPLES = range(len(COLUMNS))
 
 
 @dataclass
@@ -42,9 +43,9 @@ class Figures:
 class Live:
     """Rank 0's running view of the job."""
 
-    def __init__(self, ranks: int, every: int = 1):
+    def __init__(self, ranks: int, every: int = 1, local_data: bool = False):
         self.ranks, self.every = ranks, every
-        self.judge = Judge(ranks)
+        self.judge = Judge(ranks, local_data)
         self.figures = Figures()
         self.total_steps = 0
 
@@ -56,7 +57,8 @@ class Live:
         stack = numpy.stack([w[:k] for w in windows])  # ranks x steps x columns
         judged = stack[:, stack[0, :, INDEX] >= WARMUP, :]
         self.judge.add(judged[..., COMPUTE], judged[..., STEP] - judged[..., EXCHANGE],
-                       judged[..., STEP])
+                       judged[..., STEP], data=judged[..., DATA], update=judged[..., UPDATE],
+                       ext=judged[..., EXT])
         steps = stack[..., STEP]
         total = steps.sum()
         shares = {name: float(stack[..., i].sum() / total) if total else 0.0

@@ -126,12 +126,14 @@ class Tables:
     step: numpy.ndarray  # ranks x steps
     samples: numpy.ndarray  # ranks x steps
     start_s: float  # the run's first stamp (rank 0's clock, seconds since the epoch)
+    staged: bool = False  # the job's data staged on the nodes (every part says so)
 
     def judge(self) -> Judge:
         """The straggler rule over these steps (the first WARMUP of each part left out)."""
-        judge = Judge(self.ranks)
+        judge = Judge(self.ranks, self.staged)
         keep = self.index >= WARMUP
-        judge.add(self.phases["compute"][:, keep], self.own()[:, keep], self.step[:, keep])
+        judge.add(self.phases["compute"][:, keep], self.own()[:, keep], self.step[:, keep],
+                  **{name: self.phases[name][:, keep] for name in ("data", "update", "ext")})
         return judge
 
     def slowest(self) -> numpy.ndarray:
@@ -178,7 +180,8 @@ def tables(run: Run) -> Tables:
                 end_s[j] = (float(aligned(part, s.end)) - start) / 1e6
     return Tables(len(ranks), numpy.array([k[1] for k in common], dtype=int),
                   numpy.array([k[0] for k in common], dtype=int), index, end_s, phases, step,
-                  samples, start / 1e6)
+                  samples, start / 1e6,
+                  all(p.info.staged for ps in run.parts.values() for p in ps))
 
 
 # --- the trace ---------------------------------------------------------------------------------

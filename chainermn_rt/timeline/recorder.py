@@ -34,6 +34,7 @@ import numpy
 from chainermn_rt import host_list
 from chainermn_rt.errors import print_line
 from chainermn_rt.files import write_atomically
+from chainermn_rt.rank_contract import STAGE_DIR_VAR
 from chainermn_rt.timeline import clock as clocks
 from chainermn_rt.timeline import gpu, metrics, records
 from chainermn_rt.timeline.live import COLUMNS, Live
@@ -100,6 +101,7 @@ class Recorder:
         self.metrics_dir = Path(metrics_dir) if metrics_dir else None
         self.job = environ.get("SLURM_JOB_ID") or None
         self.restart = int(environ.get("SLURM_RESTART_COUNT") or 0)
+        self.staged = bool(environ.get(STAGE_DIR_VAR))  # the data on the nodes (--stage)
         self.clock = clock or clocks.Clock()
         self.ranges = gpu.Ranges(nvtx)
         self._sync = gpu.synchronizer(sync)
@@ -112,7 +114,7 @@ class Recorder:
             self.mpi.Barrier()
             self.writer = records.Writer(self.directory / records.file_name(self.rank))
         self.max_lines = max_lines
-        self.live = Live(self.size, every) if self.rank == 0 else None
+        self.live = Live(self.size, every, self.staged) if self.rank == 0 else None
         # the step being recorded
         self._begin: int | None = None
         self._phases: list[tuple[str, int, int]] = []
@@ -256,12 +258,13 @@ class Recorder:
         phases = sorted(self._phases, key=lambda p: (p[1], order.get(p[0], 9)))
         if self.writer is not None:
             self.writer.add(records.step_line(iteration, self._samples, begin, end, phases))
-        spans = {name: 0 for name in records.PHASES}
+        spans = {name: 0 for name in (*records.PHASES, "ext")}
         for name, b, e in phases:
-            if name in spans:
-                spans[name] += e - b
+            key = "ext" if name.startswith(records.EXTENSION) else name
+            if key in spans:
+                spans[key] += e - b
         self._window.append((self.count, spans["data"], spans["compute"], spans["exchange"],
-                             spans["update"], end - begin, self._samples))
+                             spans["update"], spans["ext"], end - begin, self._samples))
         self.count += 1
         if time.monotonic() - self._last_flush >= self.flush_seconds or \
                 (self.writer is not None and self.writer.pending >= self.max_lines):
@@ -320,7 +323,8 @@ class Recorder:
             part = records.parts_in(self.writer.path) + 1
             self.writer.add(records.part_line(records.PartInfo(
                 part, self.rank, self.size, self.hosts[self.rank], os.getpid(), self.job,
-                self.restart, self.clock.origin_ns, offset, rtt, self.every, self.sync)))
+                self.restart, self.clock.origin_ns, offset, rtt, self.every, self.sync,
+                self.staged)))
             self.flush()
         if self.rank == 0:
             where = f"to {self.directory}" if self.directory else "for the metrics only"

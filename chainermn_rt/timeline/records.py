@@ -9,7 +9,7 @@ clock, in ns since the epoch, when the part began); a rank's clock offset agains
 
     {"kind":"part","format":1,"part":1,"rank":0,"size":2,"host":"node1","pid":812,"job":"42",
      "restart":0,"origin_ns":1767225600000000000,"clock":{"offset_us":0.0,"rtt_us":0.0},
-     "every":1,"sync":false}
+     "every":1,"sync":false,"staged":false}
     {"kind":"step","it":1,"n":100,"b":31,"e":5120,"ph":[["data",31,240],["compute",240,4010],
      ["exchange",4010,4950],["update",4950,5090],["ext:validation",5095,5118]]}
     {"kind":"end","at_us":90210,"steps":600,"clock":{"offset_us":0.0,"rtt_us":0.0}}
@@ -19,6 +19,8 @@ the step (update and extensions); ``ph``: its phases, each ``[name, begin, end]`
 ``data`` (the iterator's ``next``), ``compute`` (from the batch to the exchange: the copy to the
 device, forward and backward), ``exchange`` (the gradient allreduce, or the first iteration's
 broadcast), ``update`` (the optimizer's step) and ``ext:NAME`` (an extension that ran).
+``staged``: the job staged its data on the nodes (``render --stage``; absent in older files:
+false), which the slow-node rule reads.
 
 >>> import io
 >>> text = part_line(PartInfo(1, 0, 1, "n1", 7, None, 0, 10**18, 0.0, 0.0, 1, False)) + \\
@@ -81,6 +83,7 @@ class PartInfo:
     rtt_us: float
     every: int
     sync: bool
+    staged: bool = False  # the job's data staged on the nodes
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def part_line(info: PartInfo) -> str:
                    "size": info.size, "host": info.host, "pid": info.pid, "job": info.job,
                    "restart": info.restart, "origin_ns": info.origin_ns,
                    "clock": {"offset_us": info.offset_us, "rtt_us": info.rtt_us},
-                   "every": info.every, "sync": info.sync})
+                   "every": info.every, "sync": info.sync, "staged": info.staged})
 
 
 def step_line(iteration: int, samples: int, begin: int, end: int,
@@ -223,11 +226,14 @@ def _part(obj: dict) -> PartInfo:
     sync = obj.get("sync")
     if not isinstance(sync, bool):
         raise ValueError(f"sync is {sync!r}; allowed: true or false")
+    staged = obj.get("staged", False)
+    if not isinstance(staged, bool):
+        raise ValueError(f"staged is {staged!r}; allowed: true or false")
     offset, rtt = _clock(obj.get("clock"), "clock")
     return PartInfo(_whole(obj.get("part"), "part", 1), rank, size, host,
                     _whole(obj.get("pid"), "pid"), job, _whole(obj.get("restart"), "restart"),
                     _whole(obj.get("origin_ns"), "origin_ns"), offset, rtt,
-                    _whole(obj.get("every"), "every", 1), sync)
+                    _whole(obj.get("every"), "every", 1), sync, staged)
 
 
 def _step(obj: dict, after: int) -> Step:

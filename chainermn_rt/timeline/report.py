@@ -206,7 +206,8 @@ def page(run: Run, reference: Run | None = None) -> str:
              "ext: extensions (evaluation, snapshots, logging)."),
         _img("slowest", "slowest rank per step", _slowest(t),
              "For each stretch of the run, the share of steps in which each rank had the most "
-             "work outside the exchange (the others waited for it)."),
+             "work outside the exchange (the others waited for it; by its own slowness only "
+             "where the slow node row above names it)."),
         _img("exchange", "exchange share", _exchange(t),
              "The exchange's share of all ranks' step time, over the run."),
     ]
