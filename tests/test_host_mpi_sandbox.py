@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 import pytest
+from fixtures_docker import charliecloud_site
 
 from conftest import PYTHON, REPO, json_objects
 
@@ -67,3 +69,52 @@ def test_mpich_under_pmix_is_refused_before_submitting(sandbox, mpich_site, tmp_
     assert done.stderr == ("chainermn-rt submit: error: srun_mpi: pmix cannot start mpich's "
                            "ranks in one world (they would start as one-rank worlds); allowed "
                            "with mpi.family = \"mpich\": pmi2 | cray_shasta\n")
+
+
+@pytest.mark.docker  # the cpu image as a Charliecloud folder
+def test_debians_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_path):
+    """Issue 42's bind model in a container on the Debian 12 stack: Debian 12's MPICH 4.0.2
+    (ch4:ucx) laid out as a site lays out its MPI (a folder with the library and the
+    ``libmpi.so.12`` name mpi4py's mpich back-end links), bound into the cpu image by ch-run,
+    the image's mpi4py choosing it (MPI4PY_MPIABI), Slurm's pmi2 plugin starting the ranks:
+    one world of 4 over 2 nodes, then MNIST."""
+    folder = tmp_path / "site-mpich"
+    folder.mkdir()
+    shutil.copy2("/usr/lib/x86_64-linux-gnu/libmpich.so.12", folder / "libmpich.so.12")
+    (folder / "libmpi.so.12").symlink_to("libmpich.so.12")
+    shutil.copy2(REPO / "tests/programs/report_mpi.py", tmp_path / "report_mpi.py")
+    site = charliecloud_site(sandbox, charliecloud_dir, tmp_path)  # binds tmp_path
+    text = site.read_text()
+    # UCX between processes of a user namespace (ch-run's), which may not look into each
+    # other: shared memory by a file in /dev/shm, not through the peer's /proc/PID/fd
+    # ("Shared memory error" at MPI_Init), and no cross-memory attach (process_vm_readv
+    # refused in the first large Bcast)
+    text = text.replace("[environment]\n", '[environment]\nUCX_POSIX_USE_PROC_LINK = "n"\n'
+                        'UCX_TLS = "^cma"\n')
+    site.write_text(text.replace('srun_mpi = "pmix"', 'srun_mpi = "pmi2"')
+                    + f'\n[mpi]\nmodel = "bind"\nfamily = "mpich"\n'
+                    f'library = "{folder / "libmpi.so.12"}"\npaths = ["{folder}"]\n')
+    env = {**sandbox.env(), "USER": "root"}  # ch-run wants $USER
+
+    def submit(name, *command):
+        done = subprocess.run([PYTHON, "-m", "chainermn_rt", "submit", "--site", str(site),
+                               "--nodes", "2", "--gpus-per-node", "2", "--job-name", name,
+                               "--wait", "--wait-timeout", "300", "--", "python3", *command],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=400)
+        job = re.search(r"submitted job (\d+)", done.stdout)
+        log = (tmp_path / f"{name}-{job.group(1)}.out").read_text() if job else ""
+        assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+        return log
+
+    log = submit("report", str(tmp_path / "report_mpi.py"))
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    assert [(r["rank"], r["size"]) for r in ranks] == [(i, 4) for i in range(4)], log
+    assert {(r["mpi"], r["libmpi"], r["os"]) for r in ranks} == {
+        ("MPICH Version:\t4.0.2", str(folder / "libmpich.so.12"),
+         "Debian GNU/Linux 12 (bookworm)")}, log
+    log = submit("mnist", "/mnt/train_mnist.py", "--n-train", "2000", "--n-test", "200",
+                 "--unit", "50", "--iterations", "20", "--log-every", "10", "--no-progress",
+                 "--out", str(tmp_path / "mnist-result"))
+    digests = re.findall(r"^rank \d parameters sha256 (\w+)$", log, re.MULTILINE)
+    assert len(digests) == 4 and len(set(digests)) == 1, log[-3000:]
