@@ -134,3 +134,15 @@ def test_debians_mpich_passes_behind_the_link_a_site_makes(tmp_path):
     with pytest.raises(UserError, match=r"has soname libmpich.so.12; allowed with family = "
                                         r"\"mpich\": a library whose soname is libmpi.so.12$"):
         at_render(MpiModel("bind", "mpich", str(mpich), (str(HOST_LIB),)), NcclNet(), None)
+
+
+def test_the_mpi_5_standard_abi_is_refused_naming_what_is_missing():
+    """MPICH's wheel ships libmpi_abi.so.1 beside libmpi.so.12 (make setup: build/mpich)."""
+    abi = REPO / "build" / "mpich" / "lib" / "libmpi_abi.so.1"
+    assert abi.is_file(), f"{abi} is missing: make setup installs MPICH's wheel"
+    with pytest.raises(UserError) as err:
+        at_render(MpiModel("bind", "mpich", str(abi), (str(abi.parent),)), NcclNet(), None)
+    assert str(err.value) == (
+        f"mpi.library: {abi} is the MPI 5.0 standard ABI's libmpi_abi.so.1, which the images' "
+        "mpi4py 4.1.2 cannot load (its back-ends: mpich, openmpi); allowed: the library "
+        "behind libmpi.so.12")
