@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chainermn_rt.doctor.check import FAIL, NA, PASS, Check
+from chainermn_rt.doctor.worlds import describe, worlds
 
 # The bandwidth check fails below this share of the profile's allreduce_busbw_gbps.
 BANDWIDTH_FACTOR = 0.5
@@ -105,17 +106,22 @@ PMI_HINT = ("start ranks with a launcher that speaks the PMI of mpi4py's MPI: sr
 
 
 def launcher_mpi(reports: Reports) -> Check:
-    """The launcher's rank, size and local rank agree with MPI's on every rank."""
+    """Every rank got through MPI_Init into one world (worlds.py), and the launcher's rank,
+    size and local rank agree with MPI's on every rank."""
     name = "launcher-mpi"
     launched = max((r["launcher"]["size"] or 1) for r in reports)
     silent = [r for r in reports if not r.get("mpi")]
+    found = worlds(_with_mpi(reports))
     if silent:
+        others = f"; {describe(found, launched)}" if found else ""
         return Check(name, FAIL, f"MPI_Init did not return on {_ranks(silent)} of {launched}: "
                                  "the launcher and MPI share no PMI, or MPI failed (the job's "
-                                 "log says which)", PMI_HINT)
-    if launched > 1 and all(r["mpi"]["size"] == 1 for r in reports):
-        return Check(name, FAIL, f"every rank says MPI rank 0 of 1 while the launcher started "
-                                 f"{launched}: the launcher and MPI share no PMI", PMI_HINT)
+                                 f"log says which){others}", PMI_HINT)
+    if launched > 1 and len(found) > 1:
+        alone = any(len(w) == 1 for w in found)
+        return Check(name, FAIL, f"{describe(found, launched)}: "
+                                 + ("the launcher's PMI did not reach the MPI library" if alone
+                                    else "MPI did not join them into one world"), PMI_HINT)
     wrong = []
     for r in reports:
         lau, mpi = r["launcher"], r["mpi"]
