@@ -244,6 +244,15 @@ def test_ranks_in_worlds_of_mixed_sizes_fail_naming_each_world():
     assert "srun --mpi=pmix" in c.hint
 
 
+def test_one_rank_worlds_are_found_where_the_launcher_does_not_say_its_size():
+    reps = _in_worlds(_healthy(1, 2), [0, 1])
+    for r in reps:
+        r["launcher"].update(name="pmix", size=None, local_rank=None, local_size=None)
+    c = _run(reps, gathered=False, expected=Expected(ranks=2))["launcher-mpi"]
+    assert c.reason.startswith("2 ranks started as 2 one-rank worlds (MPI_COMM_WORLD size 1 "
+                               "each; expected one world of 2)"), c.reason
+
+
 def test_ranks_stuck_in_mpi_init_beside_a_one_rank_world_are_both_named():
     """One rank that fell back to a singleton leaves the others waiting for it in MPI_Init's
     fence: the check names both."""

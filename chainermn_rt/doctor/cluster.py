@@ -112,14 +112,15 @@ def launcher_mpi(reports: Reports) -> Check:
     launched = max((r["launcher"]["size"] or 1) for r in reports)
     silent = [r for r in reports if not r.get("mpi")]
     found = worlds(_with_mpi(reports))
+    one_world = max(launched, len(reports))  # where the launcher does not say its size
     if silent:
-        others = f"; {describe(found, launched)}" if found else ""
+        others = f"; {describe(found, one_world)}" if found else ""
         return Check(name, FAIL, f"MPI_Init did not return on {_ranks(silent)} of {launched}: "
                                  "the launcher and MPI share no PMI, or MPI failed (the job's "
                                  f"log says which){others}", PMI_HINT)
-    if launched > 1 and len(found) > 1:
+    if len(found) > 1:
         alone = any(len(w) == 1 for w in found)
-        return Check(name, FAIL, f"{describe(found, launched)}: "
+        return Check(name, FAIL, f"{describe(found, one_world)}: "
                                  + ("the launcher's PMI did not reach the MPI library" if alone
                                     else "MPI did not join them into one world"), PMI_HINT)
     wrong = []
