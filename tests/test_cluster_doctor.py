@@ -20,6 +20,7 @@ from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request
 from chainermn_rt.rank_contract import SLOTS_VAR, Slot, dump_slots
 from chainermn_rt.site import load_site, parse_site
+from chainermn_rt.slurm_client import FinalState
 
 from conftest import PYTHON, REPO, clean_launcher_env, run_mpi
 
@@ -597,3 +598,27 @@ def test_damaged_report_files_count_as_not_written(tmp_path):
         result["reports"].reason, result["reports"]
     reports.rank_file(tmp_path, 2).write_bytes(b" " * (reports.MAX_RANK_BYTES + 1) + b"{}")
     assert len(reports.load_reports(tmp_path)[0]) == 2
+
+
+def test_a_failed_jobs_row_names_the_task_a_signal_ended(tmp_path):
+    """What the debian13 stack's Open MPI 5.0.7 left when it crashed in MPI_Init: srun's lines
+    for every task, in no order; the row names the crashed one, not the tasks ended after."""
+    (tmp_path / "doctor-26.out").write_text(
+        "[node2:20855:0:20855] Caught signal 11 (Segmentation fault: address not mapped to "
+        "object at address 0xe0)\n"
+        " 4  /lib/x86_64-linux-gnu/libmpi.so.40(mca_pml_ob1_recv_frag_callback_match+0xaa)\n"
+        "slurmstepd-node1: error: *** STEP 26.0 ON node1 CANCELLED AT 2026-12-06T17:53:38 ***\n"
+        "srun: error: node1: task 0: Exited with exit code 14\n"
+        "srun: error: node6: task 5: Killed\n"
+        "srun: error: node2: task 1: Segmentation fault (core dumped)\n"
+        "srun: error: node8: tasks 6-7: Killed\n")
+    c = job.job_check(FinalState("FAILED", 14), "26", tmp_path)
+    assert c.status == FAIL
+    assert c.reason == ("job 26 FAILED, exit code 14; srun: task 1 on node2: Segmentation fault "
+                        "(core dumped)")
+    assert c.hint == f"read {tmp_path / 'doctor-26.out'}"
+    (tmp_path / "doctor-27.out").write_text("srun: error: node1: task 0: Exited with exit code 1\n")
+    assert job.job_check(FinalState("FAILED", 1), "27", tmp_path).reason == \
+        "job 27 FAILED, exit code 1"
+    assert job.job_check(FinalState("TIMEOUT", 0), "28", tmp_path).reason == \
+        "job 28 TIMEOUT, exit code 0"  # no log at all

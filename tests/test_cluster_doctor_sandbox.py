@@ -154,6 +154,24 @@ def test_ranks_that_start_as_one_rank_worlds_are_found_with_their_worlds(sandbox
         (1, 0), (1, 1), (1, 2), (1, 3)]
 
 
+def test_a_rank_that_a_signal_ends_is_named_in_the_jobs_row(sandbox, tmp_path):
+    """As the debian13 stack's Open MPI 5.0.7 crashes in MPI_Init now and then (a
+    segmentation fault): the job's row says which task on which node, from srun's own line.
+    Here rank 1's interpreter kills itself with SIGSEGV as its probe starts."""
+    python = tmp_path / "python-rank1-segv"
+    python.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1 $2" = "-m chainermn_rt.doctor.probe" ] && [ "$SLURM_PROCID" = 1 ]; then '
+        "kill -SEGV $$; fi\n"
+        f'exec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    code, found, _ = _doctor(sandbox, tmp_path, "--site", str(SITE), "--python", str(python))
+    assert code == 1
+    assert re.fullmatch(r"job \d+ FAILED, exit code \d+; srun: task 1 on node1: Segmentation "
+                        r"fault( \(core dumped\))?", found["job"]["reason"]), found["job"]
+    assert found["reports"]["reason"] == "1 of 4 ranks wrote no report: rank 1"
+
+
 def test_another_library_version_on_one_node_is_found(sandbox, tmp_path):
     """One node imports another chainer, as when a node-local install or a stray PYTHONPATH in
     one node's environment shadows the shared one. ``--python`` names the interpreter on the
