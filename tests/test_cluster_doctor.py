@@ -254,6 +254,21 @@ def test_one_rank_worlds_are_found_where_the_launcher_does_not_say_its_size():
                                "each; expected one world of 2)"), c.reason
 
 
+def test_reports_without_world_names_are_grouped_by_size():
+    """A rank whose report names no world (an older probe on one node, or one that stopped
+    before the broadcast): the worlds are told apart by size alone, no world split in two."""
+    reps = _healthy()
+    for r in reps:
+        r["mpi"]["world"] = {"host": "node1", "pid": 1000, "rank": 0}
+    del reps[5]["mpi"]["world"]
+    assert _run(reps)["launcher-mpi"].status == PASS
+    reps = _in_worlds(_healthy(), [0, 0, 0, 0, 0, 5, 6, 7])
+    del reps[0]["mpi"]["world"]
+    assert _run(reps, gathered=False)["launcher-mpi"].reason.startswith(
+        "8 ranks started as 4 MPI worlds (1 world of 5: ranks 0-4; 3 one-rank worlds: ranks "
+        "5-7;")
+
+
 def test_ranks_stuck_in_mpi_init_beside_a_one_rank_world_are_both_named():
     """One rank that fell back to a singleton leaves the others waiting for it in MPI_Init's
     fence: the check names both."""

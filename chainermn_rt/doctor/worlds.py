@@ -37,11 +37,11 @@ def _rank(r: dict) -> int:
     return r["launcher"]["rank"]
 
 
-def key(r: dict) -> tuple:
-    """The world of a report with MPI's side. Without ``world`` (a rank that stopped before
-    the broadcast): a one-rank world is its own, a larger one is told apart by its size only."""
-    world = r["mpi"].get("world")
-    if world is not None:
+def key(r: dict, named: bool = True) -> tuple:
+    """The world of a report with MPI's side: its name where ``named``; else a one-rank world
+    is its own and a larger one is told apart by its size only."""
+    if named:
+        world = r["mpi"]["world"]
         return ("root", world["host"], world["pid"])
     if r["mpi"]["size"] == 1:
         return ("alone", _rank(r))
@@ -50,10 +50,12 @@ def key(r: dict) -> tuple:
 
 def worlds(reports: Reports) -> list[Reports]:
     """The reports with MPI's side grouped by world: each in rank order, largest world first,
-    then by lowest rank."""
+    then by lowest rank. By the worlds' names only where every report has one (a rank that
+    stopped before the broadcast, or an older probe, has none)."""
+    named = all(r["mpi"].get("world") for r in reports)
     found: dict[tuple, Reports] = {}
     for r in sorted(reports, key=_rank):
-        found.setdefault(key(r), []).append(r)
+        found.setdefault(key(r, named), []).append(r)
     return sorted(found.values(), key=lambda w: (-len(w), _rank(w[0])))
 
 
