@@ -254,6 +254,17 @@ def test_one_rank_worlds_are_found_where_the_launcher_does_not_say_its_size():
                                "each; expected one world of 2)"), c.reason
 
 
+def test_ranks_stuck_beside_their_own_world_name_no_other_world():
+    reps = _healthy()
+    for r in reps:
+        r["mpi"]["world"] = {"host": "node1", "pid": 1000, "rank": 0}
+    for r in reps[1:]:
+        r["mpi"] = None  # rank 0 through MPI_Init, the rest of its world of 8 not
+    c = _run(reps, gathered=False)["launcher-mpi"]
+    assert c.reason == ("MPI_Init did not return on ranks 1, 2, 3, 4, 5, 6, 7 of 8: the launcher "
+                        "and MPI share no PMI, or MPI failed (the job's log says which)")
+
+
 def test_reports_without_world_names_are_grouped_by_size():
     """A rank whose report names no world (an older probe on one node, or one that stopped
     before the broadcast): the worlds are told apart by size alone, no world split in two."""

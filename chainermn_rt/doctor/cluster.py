@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chainermn_rt.doctor.check import FAIL, NA, PASS, Check
-from chainermn_rt.doctor.worlds import describe, worlds
+from chainermn_rt.doctor.worlds import describe, size, worlds
 
 # The bandwidth check fails below this share of the profile's allreduce_busbw_gbps.
 BANDWIDTH_FACTOR = 0.5
@@ -114,7 +114,9 @@ def launcher_mpi(reports: Reports) -> Check:
     found = worlds(_with_mpi(reports))
     one_world = max(launched, len(reports))  # where the launcher does not say its size
     if silent:
-        others = f"; {describe(found, one_world)}" if found else ""
+        # the others' worlds, unless they are one world of every rank (its rest stuck)
+        whole = len(found) == 1 and size(found[0]) >= one_world
+        others = f"; {describe(found, one_world)}" if found and not whole else ""
         return Check(name, FAIL, f"MPI_Init did not return on {_ranks(silent)} of {launched}: "
                                  "the launcher and MPI share no PMI, or MPI failed (the job's "
                                  f"log says which){others}", PMI_HINT)

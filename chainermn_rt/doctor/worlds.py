@@ -56,7 +56,12 @@ def worlds(reports: Reports) -> list[Reports]:
     found: dict[tuple, Reports] = {}
     for r in sorted(reports, key=_rank):
         found.setdefault(key(r, named), []).append(r)
-    return sorted(found.values(), key=lambda w: (-len(w), _rank(w[0])))
+    return sorted(found.values(), key=lambda w: (-size(w), _rank(w[0])))
+
+
+def size(world: Reports) -> int:
+    """A world's size as MPI says it (its members that reported may be fewer)."""
+    return world[0]["mpi"]["size"]
 
 
 def span(ranks: list[int]) -> str:
@@ -84,19 +89,19 @@ def describe(found: list[Reports], launched: int) -> str:
     # all of them: how many; some (the others never got through MPI_Init): which
     who = f"{n} ranks" if n >= launched else _ranks([r for w in found for r in w])
     ranks = f"{who} started as"
-    if all(len(w) == 1 and w[0]["mpi"]["size"] == 1 for w in found):
+    if all(size(w) == 1 for w in found):
         worlds_ = "a one-rank world" if n == 1 else f"{n} one-rank worlds"
         each = "" if n == 1 else " each"
         return (f"{ranks} {worlds_} (MPI_COMM_WORLD size 1{each}; expected one world of "
                 f"{launched})")
     parts = []
-    for size in sorted({len(w) for w in found}, reverse=True):
-        these = [w for w in found if len(w) == size]
-        if size == 1:
+    for n_ in sorted({size(w) for w in found}, reverse=True):
+        these = [w for w in found if size(w) == n_]
+        if n_ == 1:
             parts.append(f"{len(these)} one-rank world{'s' if len(these) > 1 else ''}: "
                          + _ranks([w[0] for w in these]))
         else:
-            parts.append(f"{len(these)} world{'s' if len(these) > 1 else ''} of {size}: "
+            parts.append(f"{len(these)} world{'s' if len(these) > 1 else ''} of {n_}: "
                          + ", ".join(_ranks(w) for w in these))
     return (f"{ranks} {len(found)} MPI world{'s' if len(found) > 1 else ''} "
             f"({'; '.join(parts)}; expected one world of {launched})")
