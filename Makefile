@@ -112,14 +112,22 @@ recipes:  ## regenerate containers/{cpu,gpu}/ from containers/versions.toml, blo
 base:  ## Debian base image by debootstrap from the host's apt mirror (no registry needed)
 	$(PYTHON) -m containers.base
 
-image:  ## build FLAVOR=cpu|gpu|gpu-upstream|gpu-dali (ENGINE=docker|podman|buildah; BASE=image for both stages)
-	$(PYTHON) -m containers.build image --flavor $(FLAVOR) \
+BUILD_IMAGE = $(PYTHON) -m containers.build image --flavor $(FLAVOR) \
 	  $(if $(ENGINE),--engine $(ENGINE)) $(if $(BASE),--base $(BASE))
+# Written by every image build: the image's tag and id. make sif builds the image when this
+# is missing or older than the recipe, and leaves an existing one alone.
+IMAGE_ID = build/images/chainermn-rt-$(FLAVOR).image-id
+
+image:  ## build FLAVOR=cpu|gpu|gpu-upstream|gpu-dali (ENGINE=docker|podman|buildah; BASE=image for both stages)
+	$(BUILD_IMAGE)
+
+$(IMAGE_ID): pyproject.toml $(wildcard containers/$(FLAVOR)/Dockerfile)
+	$(BUILD_IMAGE)
 
 image-doctor:  ## run `chainermn-rt doctor --image` inside the built FLAVOR image (exit 1 on any FAIL)
 	$(PYTHON) -m containers.build doctor --flavor $(FLAVOR)
 
-sif:  ## build/images/chainermn-rt-FLAVOR.sif from the built image (FROM_DEF=1: from the .def alone); the host's apptainer, else the Debian 13 root's
+sif: $(if $(FROM_DEF),,$(IMAGE_ID))  ## build/images/chainermn-rt-FLAVOR.sif from the image, built first when missing (FROM_DEF=1: from the .def alone); the host's apptainer, else the Debian 13 root's
 	$(PYTHON) -m containers.build sif --flavor $(FLAVOR) $(if $(FROM_DEF),--from-definition)
 
 sqfs:  ## SquashFS of the built FLAVOR image for Charliecloud and enroot/pyxis, in build/images/

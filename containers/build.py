@@ -32,6 +32,7 @@ from pathlib import Path
 
 from chainermn_rt import apptainer, quoting
 from chainermn_rt.errors import EnvironmentProblem
+from chainermn_rt.files import write_atomically
 from chainermn_rt.sandbox.debian import host_mirror
 from containers import recipe
 from containers.base import make_base
@@ -124,18 +125,45 @@ def resolve_base(flavor: str, engine, pull_timeout: float = 120) -> str | None:
     return local
 
 
+def id_file(flavor: str) -> Path:
+    """``build/images/chainermn-rt-FLAVOR.image-id``: the tag and id of the image last built,
+    written by every build; the Makefile's mark that the image is there (``make sif``)."""
+    return OUT / f"chainermn-rt-{flavor}.image-id"
+
+
+def image_id_argv(engine: str, name: str) -> list[str]:
+    if engine == "buildah":
+        return ["buildah", "images", "--quiet", "--no-trunc", name]
+    return [DOCKER if engine == "docker" else engine, "image", "inspect", "--format",
+            "{{.Id}}", name]
+
+
+def _write_id(flavor: str, engine: str, env: dict[str, str]) -> None:
+    """The id file of the image just built (its id where the engine tells it)."""
+    found = subprocess.run(image_id_argv(engine, tag(flavor)), env=env, capture_output=True,
+                           text=True, check=False)
+    ident = found.stdout.split()[0] if found.returncode == 0 and found.stdout.split() else ""
+    OUT.mkdir(parents=True, exist_ok=True)
+    write_atomically(id_file(flavor), lambda f: f.write(f"{tag(flavor)} {ident}".rstrip()
+                                                        + "\n"))
+
+
 def image(flavor: str, engine_name: str | None, base: str | None) -> float:
-    """Build the flavour's image; returns the seconds it took."""
+    """Build the flavour's image and write its id file; returns the seconds it took."""
     engine = find_engine(engine_name)
     start = time.monotonic()
     if engine == "docker":
         with _null(_SystemDocker()) if _existing_docker() else Dockerd() as daemon:
             argv = build_argv(engine, flavor, base or resolve_base(flavor, daemon))
             rc = subprocess.run(argv, env=daemon.env(), check=False).returncode
+            if rc == 0:
+                _write_id(flavor, engine, daemon.env())
     else:
         argv = build_argv(engine, flavor, base)
         rc = subprocess.run(argv, env=dict(os.environ, DOCKER_BUILDKIT="1"),
                             check=False).returncode
+        if rc == 0:
+            _write_id(flavor, engine, dict(os.environ))
     if rc != 0:
         hint = ""
         if not base and not debian_based(flavor):
@@ -211,8 +239,14 @@ def _save(flavor: str, archive: Path) -> None:
     registry, no daemon socket inside the root)."""
     with _null(_SystemDocker()) if _existing_docker() else Dockerd() as daemon:
         if not _has_image(daemon, tag(flavor)):
-            raise BuildError(f"image {tag(flavor)} is not built: run `make image FLAVOR={flavor}` "
-                             "(or `make sif FROM_DEF=1` to build from the definition)")
+            stale = id_file(flavor)
+            said = ""
+            if stale.exists():  # the image was removed after: the next make sif builds it
+                stale.unlink()
+                said = f" (removed {stale}, which said it was)"
+            raise BuildError(f"image {tag(flavor)} is not built{said}: `make sif "
+                             f"FLAVOR={flavor}` builds it first (or `make sif FROM_DEF=1` "
+                             "builds from the definition)")
         subprocess.run([daemon.docker, "save", "-o", str(archive), tag(flavor)],
                        env=daemon.env(), check=True)
 

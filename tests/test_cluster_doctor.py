@@ -20,8 +20,9 @@ from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request
 from chainermn_rt.rank_contract import SLOTS_VAR, Slot, dump_slots
 from chainermn_rt.site import load_site, parse_site
+from chainermn_rt.slurm_client import FinalState
 
-from conftest import PYTHON, REPO, run_mpi
+from conftest import PYTHON, REPO, clean_launcher_env, run_mpi
 
 SANDBOX = REPO / "slurm" / "sites" / "sandbox.toml"
 VERSIONS = {"python": "3.11.7", "chainer": "7.8.1", "chainermn": "7.8.1", "cupy": "13.6.0",
@@ -201,20 +202,95 @@ def test_a_different_mpi_on_one_rank_fails():
     assert "CUDA-aware MPI True" in c.reason
 
 
-def test_every_rank_zero_of_one_fails_with_the_pmi_hint():
-    reps = _healthy()
-    for r in reps:  # what the probe leaves when the ranks never formed one MPI world
-        r["mpi"].update(rank=0, size=1, local_rank=0, local_size=1)
+def _in_worlds(reps, roots):
+    """What the probe leaves when MPI started the ranks in several worlds: ``roots[i]`` is
+    the launcher rank of rank i's world's MPI rank 0 (its pid here: the world's identity)."""
+    for r, root in zip(reps, roots, strict=True):
+        members = [i for i, x in enumerate(roots) if x == root]
+        r["mpi"].update(rank=members.index(_rank_of(r)), size=len(members),
+                        local_rank=0, local_size=1,
+                        world={"host": reps[root]["host"], "pid": 1000 + root, "rank": root})
         for key in ("allreduce_cpu", "allreduce_gpu", "bandwidth"):
             del r[key]
-    found = _run(reps, gathered=False)
+    return reps
+
+
+def _rank_of(r):
+    return r["launcher"]["rank"]
+
+
+def test_every_rank_alone_in_its_world_fails_with_the_pmi_hint():
+    """Open MPI 5 under srun without a PMIx server it can reach starts singletons
+    (open-mpi/ompi#13523)."""
+    found = _run(_in_worlds(_healthy(), range(8)), gathered=False)
     c = found["launcher-mpi"]
     assert c.status == FAIL and c.nodes == ()
-    assert c.reason == ("every rank says MPI rank 0 of 1 while the launcher started 8: the "
-                        "launcher and MPI share no PMI")
+    assert c.reason == ("8 ranks started as 8 one-rank worlds (MPI_COMM_WORLD size 1 each; "
+                        "expected one world of 8): the launcher's PMI did not reach the MPI "
+                        "library")
     assert "srun --mpi=pmix" in c.hint
     for name in ("allreduce-cpu", "allreduce-gpu", "bandwidth"):
         assert found[name].status == FAIL and found[name].reason.startswith("not run"), name
+
+
+def test_ranks_in_worlds_of_mixed_sizes_fail_naming_each_world():
+    c = _run(_in_worlds(_healthy(), [0, 0, 0, 0, 0, 5, 6, 7]), gathered=False)["launcher-mpi"]
+    assert c.status == FAIL and c.nodes == ()
+    assert c.reason == ("8 ranks started as 4 MPI worlds (1 world of 5: ranks 0-4; 3 one-rank "
+                        "worlds: ranks 5-7; expected one world of 8): the launcher's PMI did "
+                        "not reach the MPI library")
+    c = _run(_in_worlds(_healthy(), [0, 0, 0, 0, 4, 4, 4, 4]), gathered=False)["launcher-mpi"]
+    assert c.reason == ("8 ranks started as 2 MPI worlds (2 worlds of 4: ranks 0-3, ranks 4-7; "
+                        "expected one world of 8): MPI did not join them into one world")
+    assert "srun --mpi=pmix" in c.hint
+
+
+def test_one_rank_worlds_are_found_where_the_launcher_does_not_say_its_size():
+    reps = _in_worlds(_healthy(1, 2), [0, 1])
+    for r in reps:
+        r["launcher"].update(name="pmix", size=None, local_rank=None, local_size=None)
+    c = _run(reps, gathered=False, expected=Expected(ranks=2))["launcher-mpi"]
+    assert c.reason.startswith("2 ranks started as 2 one-rank worlds (MPI_COMM_WORLD size 1 "
+                               "each; expected one world of 2)"), c.reason
+
+
+def test_ranks_stuck_beside_their_own_world_name_no_other_world():
+    reps = _healthy()
+    for r in reps:
+        r["mpi"]["world"] = {"host": "node1", "pid": 1000, "rank": 0}
+    for r in reps[1:]:
+        r["mpi"] = None  # rank 0 through MPI_Init, the rest of its world of 8 not
+    c = _run(reps, gathered=False)["launcher-mpi"]
+    assert c.reason == ("MPI_Init did not return on ranks 1, 2, 3, 4, 5, 6, 7 of 8: the launcher "
+                        "and MPI share no PMI, or MPI failed (the job's log says which)")
+
+
+def test_reports_without_world_names_are_grouped_by_size():
+    """A rank whose report names no world (an older probe on one node, or one that stopped
+    before the broadcast): the worlds are told apart by size alone, no world split in two."""
+    reps = _healthy()
+    for r in reps:
+        r["mpi"]["world"] = {"host": "node1", "pid": 1000, "rank": 0}
+    del reps[5]["mpi"]["world"]
+    assert _run(reps)["launcher-mpi"].status == PASS
+    reps = _in_worlds(_healthy(), [0, 0, 0, 0, 0, 5, 6, 7])
+    del reps[0]["mpi"]["world"]
+    assert _run(reps, gathered=False)["launcher-mpi"].reason.startswith(
+        "8 ranks started as 4 MPI worlds (1 world of 5: ranks 0-4; 3 one-rank worlds: ranks "
+        "5-7;")
+
+
+def test_ranks_stuck_in_mpi_init_beside_a_one_rank_world_are_both_named():
+    """One rank that fell back to a singleton leaves the others waiting for it in MPI_Init's
+    fence: the check names both."""
+    reps = _in_worlds(_healthy(), range(8))
+    for r in reps[:7]:
+        r["mpi"] = None
+    c = _run(reps, gathered=False)["launcher-mpi"]
+    assert c.reason == ("MPI_Init did not return on ranks 0, 1, 2, 3, 4, 5, 6 of 8: the launcher "
+                        "and MPI share no PMI, or MPI failed (the job's log says which); rank 7 "
+                        "started as a one-rank world (MPI_COMM_WORLD size 1; expected one world "
+                        "of 8)")
 
 
 def test_ranks_whose_mpi_never_started_fail():
@@ -473,6 +549,9 @@ def test_the_probe_under_three_mpi_ranks_passes_the_checks(tmp_path):
     run_mpi(3, ["-m", "chainermn_rt.doctor.probe", "--out", str(tmp_path)])
     found, gathered = reports.load_reports(tmp_path)
     assert gathered and [r["launcher"]["rank"] for r in found] == [0, 1, 2]
+    # one world, named alike by every rank: its MPI rank 0's identity
+    assert [r["mpi"]["world"] for r in found] == [found[0]["mpi"]["world"]] * 3
+    assert found[0]["mpi"]["world"]["rank"] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "rank-0.json", "rank-1.json", "rank-2.json", "ranks.json"]
     result = _by_name(cluster.run_checks(found, gathered, Expected(ranks=3)))
@@ -480,6 +559,29 @@ def test_the_probe_under_three_mpi_ranks_passes_the_checks(tmp_path):
     assert result["launcher-mpi"].status == PASS, result["launcher-mpi"]
     assert result["versions"].status == PASS
     assert all(c.status in (PASS, NA) for c in result.values()), result
+
+
+def test_probes_that_mpi_starts_as_singletons_report_one_rank_worlds(tmp_path):
+    """Three probes whose launcher variables say ranks 0-2 of 3 but that no launcher with a
+    PMI started (Open MPI without Slurm's SLURM_NODELIST: singletons): each writes its rank
+    file, names itself as its world and skips the collectives; the check says so."""
+    env = clean_launcher_env()
+    procs = [subprocess.Popen(
+        [PYTHON, "-m", "chainermn_rt.doctor.probe", "--out", str(tmp_path)], cwd=REPO,
+        env=dict(env, SLURM_STEP_ID="0", SLURM_PROCID=str(i), SLURM_LOCALID=str(i),
+                 SLURM_NODEID="0", SLURM_STEP_NUM_TASKS="3", SLURM_STEP_TASKS_PER_NODE="3"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(3)]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out
+    found, gathered = reports.load_reports(tmp_path)
+    assert not gathered and [r["mpi"]["size"] for r in found] == [1, 1, 1]
+    assert sorted(r["mpi"]["world"]["rank"] for r in found) == [0, 1, 2]
+    assert all("allreduce_cpu" not in r for r in found)
+    check = _by_name(cluster.run_checks(found, gathered, Expected(ranks=3)))["launcher-mpi"]
+    assert check.reason == ("3 ranks started as 3 one-rank worlds (MPI_COMM_WORLD size 1 each; "
+                            "expected one world of 3): the launcher's PMI did not reach the MPI "
+                            "library")
 
 
 @pytest.mark.gpu
@@ -522,3 +624,27 @@ def test_damaged_report_files_count_as_not_written(tmp_path):
         result["reports"].reason, result["reports"]
     reports.rank_file(tmp_path, 2).write_bytes(b" " * (reports.MAX_RANK_BYTES + 1) + b"{}")
     assert len(reports.load_reports(tmp_path)[0]) == 2
+
+
+def test_a_failed_jobs_row_names_the_task_a_signal_ended(tmp_path):
+    """What the debian13 stack's Open MPI 5.0.7 left when it crashed in MPI_Init: srun's lines
+    for every task, in no order; the row names the crashed one, not the tasks ended after."""
+    (tmp_path / "doctor-26.out").write_text(
+        "[node2:20855:0:20855] Caught signal 11 (Segmentation fault: address not mapped to "
+        "object at address 0xe0)\n"
+        " 4  /lib/x86_64-linux-gnu/libmpi.so.40(mca_pml_ob1_recv_frag_callback_match+0xaa)\n"
+        "slurmstepd-node1: error: *** STEP 26.0 ON node1 CANCELLED AT 2026-12-06T17:53:38 ***\n"
+        "srun: error: node1: task 0: Exited with exit code 14\n"
+        "srun: error: node6: task 5: Killed\n"
+        "srun: error: node2: task 1: Segmentation fault (core dumped)\n"
+        "srun: error: node8: tasks 6-7: Killed\n")
+    c = job.job_check(FinalState("FAILED", 14), "26", tmp_path)
+    assert c.status == FAIL
+    assert c.reason == ("job 26 FAILED, exit code 14; srun: task 1 on node2: Segmentation fault "
+                        "(core dumped)")
+    assert c.hint == f"read {tmp_path / 'doctor-26.out'}"
+    (tmp_path / "doctor-27.out").write_text("srun: error: node1: task 0: Exited with exit code 1\n")
+    assert job.job_check(FinalState("FAILED", 1), "27", tmp_path).reason == \
+        "job 27 FAILED, exit code 1"
+    assert job.job_check(FinalState("TIMEOUT", 0), "28", tmp_path).reason == \
+        "job 28 TIMEOUT, exit code 0"  # no log at all

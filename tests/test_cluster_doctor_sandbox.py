@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from chainermn_rt.doctor import job
+from chainermn_rt.doctor import job, reports
 from chainermn_rt.job_request import Request
 from chainermn_rt.render import render
 from chainermn_rt.site import load_site
@@ -96,8 +96,8 @@ def test_two_ranks_on_one_gpu_are_found(sandbox, tmp_path):
 def test_a_launcher_without_pmi_is_found_from_the_rank_files(sandbox, tmp_path):
     """``srun --mpi=none``: the ranks share no PMI with MPI. Debian's Open MPI 4.1 then aborts
     in MPI_Init ("direct launched using srun, but OMPI was not built with SLURM's PMI
-    support"); an MPI that starts singletons says rank 0 of 1 instead (unit-tested). Either
-    way the collector has each rank's report, written before MPI started."""
+    support"); an MPI that starts singletons instead is the next test. Either way the
+    collector has each rank's report, written before MPI started."""
     site = load_site(SITE)
     out = job.make_folder(job.folder_for(tmp_path / "doctor"))
     plan = job.doctor_plan(site, Request(nodes=2, gpus_per_node=2, command=("true",)), out)
@@ -116,6 +116,60 @@ def test_a_launcher_without_pmi_is_found_from_the_rank_files(sandbox, tmp_path):
     assert "srun --mpi=pmix" in check.hint
     assert found["allreduce-cpu"].reason.startswith("not run")
     assert found["job"].status == "FAIL"
+
+
+def test_ranks_that_start_as_one_rank_worlds_are_found_with_their_worlds(sandbox, tmp_path):
+    """Every rank alone in an MPI world of its own, as Open MPI 5 starts them under srun
+    without a PMIx server it reaches (open-mpi/ompi#13523), or as an MPI built without Slurm's
+    PMI does. Provoked with the sandbox's Open MPI 4.1: ``srun --mpi=none`` gives the ranks no
+    PMI, and an interpreter that drops SLURM_NODELIST hides the allocation from Open MPI, which
+    then starts each rank as a singleton (with it, Open MPI aborts in MPI_Init: the test
+    above). The doctor says how many worlds of which size."""
+    python = tmp_path / "python-without-nodelist"
+    python.write_text(f"#!/bin/sh\nunset SLURM_NODELIST\nexec {shlex.quote(sys.executable)} "
+                      '"$@"\n')
+    python.chmod(0o755)
+    site = load_site(SITE)
+    out = job.make_folder(job.folder_for(tmp_path / "doctor"))
+    request = Request(nodes=2, gpus_per_node=2, command=("true",), python=str(python))
+    plan = job.doctor_plan(site, request, out)
+    text = render(plan)
+    assert text.count("--mpi=pmix") == 1
+    script = out / "doctor.sh"
+    script.write_text(text.replace("--mpi=pmix", "--mpi=none"))
+    job_id, final, _, _ = Cluster(site, sandbox.slurm).run(script, timeout=540)
+    found = {c.name: c for c in job.collect(out, job.expected(site, plan), final, job_id)}
+    assert tuple(final) == ("COMPLETED", 0), found["job"]
+    assert found["reports"].status == "PASS", found["reports"]
+    check = found["launcher-mpi"]
+    assert check.status == "FAIL", check
+    assert check.reason == ("4 ranks started as 4 one-rank worlds (MPI_COMM_WORLD size 1 each; "
+                            "expected one world of 4): the launcher's PMI did not reach the MPI "
+                            "library")
+    assert "srun --mpi=pmix" in check.hint
+    assert found["allreduce-cpu"].reason.startswith("not run")
+    ranks, gathered = reports.load_reports(out)
+    assert not gathered  # each rank its world's rank 0: each names itself
+    assert [(r["mpi"]["size"], r["mpi"]["world"]["rank"]) for r in ranks] == [
+        (1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+def test_a_rank_that_a_signal_ends_is_named_in_the_jobs_row(sandbox, tmp_path):
+    """As the debian13 stack's Open MPI 5.0.7 crashes in MPI_Init now and then (a
+    segmentation fault): the job's row says which task on which node, from srun's own line.
+    Here rank 1's interpreter kills itself with SIGSEGV as its probe starts."""
+    python = tmp_path / "python-rank1-segv"
+    python.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1 $2" = "-m chainermn_rt.doctor.probe" ] && [ "$SLURM_PROCID" = 1 ]; then '
+        "kill -SEGV $$; fi\n"
+        f'exec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    code, found, _ = _doctor(sandbox, tmp_path, "--site", str(SITE), "--python", str(python))
+    assert code == 1
+    assert re.fullmatch(r"job \d+ FAILED, exit code \d+; srun: task 1 on node1: Segmentation "
+                        r"fault( \(core dumped\))?", found["job"]["reason"]), found["job"]
+    assert found["reports"]["status"] == "FAIL"  # rank 1's at least; the others' by timing
 
 
 def test_another_library_version_on_one_node_is_found(sandbox, tmp_path):

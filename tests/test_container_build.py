@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -118,3 +120,76 @@ def test_an_unknown_flavour_is_one_line_with_exit_2():
                           cwd=REPO, capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--flavor: invalid choice: 'tpu'" in proc.stderr
+
+
+def _make_plan(folder, *args, id_file_age=None):
+    """``make -n sif FLAVOR=cpu ARGS`` with the Makefile run in ``folder``, which holds only
+    what the image's id file depends on (the recipe and pyproject.toml, an hour old) and,
+    with ``id_file_age`` (seconds), the id file of that age: the commands make would run."""
+    (folder / "containers" / "cpu").mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for name in ("pyproject.toml", "containers/cpu/Dockerfile"):
+        (folder / name).touch()
+        os.utime(folder / name, (now - 3600, now - 3600))
+    mark = folder / "build" / "images" / "chainermn-rt-cpu.image-id"
+    if id_file_age is not None:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text("chainermn-rt:0-cpu sha256:0\n")
+        os.utime(mark, (now - id_file_age, now - id_file_age))
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-f", str(REPO / "Makefile"),
+                           "-C", str(folder), "sif", "FLAVOR=cpu", *args],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [line for line in proc.stdout.splitlines() if "containers.build" in line]
+
+
+def test_make_sif_builds_the_image_first_only_when_it_is_missing(tmp_path):
+    """The image's id file, written by every image build, is make's mark of the image."""
+    build_image = "containers.build image --flavor cpu"
+    build_sif = "containers.build sif --flavor cpu"
+    plan = _make_plan(tmp_path)
+    assert len(plan) == 2 and build_image in plan[0] and build_sif in plan[1], plan
+    plan = _make_plan(tmp_path, id_file_age=60)  # built after its recipe: left alone
+    assert len(plan) == 1 and build_sif in plan[0], plan
+    plan = _make_plan(tmp_path, id_file_age=7200)  # built before its recipe changed
+    assert len(plan) == 2 and build_image in plan[0], plan
+
+
+def test_make_sif_from_the_definition_needs_no_image(tmp_path):
+    plan = _make_plan(tmp_path, "FROM_DEF=1")
+    assert len(plan) == 1 and plan[0].endswith("containers.build sif --flavor cpu "
+                                               "--from-definition"), plan
+
+
+def test_an_image_build_writes_the_id_file(monkeypatch, tmp_path):
+    monkeypatch.setattr(build, "OUT", tmp_path)
+    monkeypatch.setattr(build.shutil, "which", lambda name: f"/usr/bin/{name}")
+    ran = []
+
+    def run(argv, **kw):
+        ran.append(argv)
+        out = "sha256:1234\n" if argv[1:3] == ["image", "inspect"] else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(build.subprocess, "run", run)
+    build.image("cpu", "podman", None)
+    assert ran[-1] == ["podman", "image", "inspect", "--format", "{{.Id}}", build.tag("cpu")]
+    assert build.id_file("cpu") == tmp_path / "chainermn-rt-cpu.image-id"
+    assert build.id_file("cpu").read_text() == f"{build.tag('cpu')} sha256:1234\n"
+
+
+def test_an_id_file_whose_image_is_gone_is_removed_and_said(monkeypatch, tmp_path):
+    """The image was removed after its build: make sif stops in one line, and the next one
+    builds it (the id file is gone)."""
+    monkeypatch.setattr(build, "OUT", tmp_path)
+    monkeypatch.setattr(build, "_existing_docker", lambda: True)
+    monkeypatch.setattr(build.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", ""))
+    build.id_file("cpu").write_text("chainermn-rt:0-cpu sha256:0\n")
+    with pytest.raises(build.BuildError) as err:
+        build._save("cpu", tmp_path / "image.tar")
+    assert str(err.value) == (
+        f"image {build.tag('cpu')} is not built (removed {build.id_file('cpu')}, which said it "
+        "was): `make sif FLAVOR=cpu` builds it first (or `make sif FROM_DEF=1` builds from the "
+        "definition)")
+    assert not build.id_file("cpu").exists()

@@ -23,12 +23,17 @@ from pathlib import Path
 
 import pytest
 
+from chainermn_rt.doctor import job as doctor_job
+from chainermn_rt.doctor import reports
+from chainermn_rt.job_request import Request
+from chainermn_rt.render import render
 from chainermn_rt.sandbox import Sandbox, scratch
 from chainermn_rt.sandbox.root import load_pins, run_in_root
 from chainermn_rt.sandbox.settings import STATE_VAR
 from chainermn_rt.site import load_site, resolve_site
 from chainermn_rt.slurm_rules import pmix_folders
 from chainermn_rt.staging import FOLDER_PREFIX
+from chainermn_rt.submission import Cluster
 
 from conftest import PYTHON, REPO, json_objects
 from fixtures_sandbox import job_output, submit_text, user_folder
@@ -185,6 +190,31 @@ def test_the_doctor_passes_on_bare_metal_with_open_mpi_5(jobs):
     """The ranks run the checkout's venv on the nodes: its mpi4py, built against the host's
     Open MPI 4.1.4, on the nodes' Open MPI 5.0.7 (both keep libmpi.so.40)."""
     doctor(jobs, "Open MPI v5.0.7")
+
+
+def test_ranks_that_open_mpi_5_starts_alone_are_found_as_one_rank_worlds(jobs):
+    """``srun --mpi=none``: no PMIx server for the ranks, and the nodes' Open MPI 5 starts
+    each one as a world of its own (open-mpi/ompi#13523) instead of failing in MPI_Init;
+    the doctor names the worlds."""
+    site = load_site(resolve_site(SITE))
+    out = jobs.folder("doctor-alone")
+    plan = doctor_job.doctor_plan(site, Request(nodes=2, runtime="none", command=("true",)),
+                                  out)
+    text = render(plan)
+    assert text.count("--mpi=pmix") == 1
+    script = out / doctor_job.SCRIPT
+    script.write_text(text.replace("--mpi=pmix", "--mpi=none"))
+    done = Cluster(site, jobs.sb.slurm).run(script, timeout=540)
+    found = {c.name: c for c in doctor_job.collect(out, doctor_job.expected(site, plan),
+                                                   done.state, done.job)}
+    assert found["reports"].status == "PASS", (found["reports"], done.text[-3000:])
+    assert found["launcher-mpi"].reason == (
+        "4 ranks started as 4 one-rank worlds (MPI_COMM_WORLD size 1 each; expected one world "
+        "of 4): the launcher's PMI did not reach the MPI library"), done.text[-3000:]
+    assert found["allreduce-cpu"].reason.startswith("not run")
+    ranks, _ = reports.load_reports(out)
+    assert [(r["mpi"]["size"], r["mpi"]["world"]["rank"]) for r in ranks] == [
+        (1, 0), (1, 1), (1, 2), (1, 3)]
 
 
 @pytest.mark.docker  # the SIF: made from the suite's cpu image

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chainermn_rt.doctor.check import FAIL, NA, PASS, Check
+from chainermn_rt.doctor.worlds import describe, size, worlds
 
 # The bandwidth check fails below this share of the profile's allreduce_busbw_gbps.
 BANDWIDTH_FACTOR = 0.5
@@ -105,17 +106,25 @@ PMI_HINT = ("start ranks with a launcher that speaks the PMI of mpi4py's MPI: sr
 
 
 def launcher_mpi(reports: Reports) -> Check:
-    """The launcher's rank, size and local rank agree with MPI's on every rank."""
+    """Every rank got through MPI_Init into one world (worlds.py), and the launcher's rank,
+    size and local rank agree with MPI's on every rank."""
     name = "launcher-mpi"
     launched = max((r["launcher"]["size"] or 1) for r in reports)
     silent = [r for r in reports if not r.get("mpi")]
+    found = worlds(_with_mpi(reports))
+    one_world = max(launched, len(reports))  # where the launcher does not say its size
     if silent:
+        # the others' worlds, unless they are one world of every rank (its rest stuck)
+        whole = len(found) == 1 and size(found[0]) >= one_world
+        others = f"; {describe(found, one_world)}" if found and not whole else ""
         return Check(name, FAIL, f"MPI_Init did not return on {_ranks(silent)} of {launched}: "
                                  "the launcher and MPI share no PMI, or MPI failed (the job's "
-                                 "log says which)", PMI_HINT)
-    if launched > 1 and all(r["mpi"]["size"] == 1 for r in reports):
-        return Check(name, FAIL, f"every rank says MPI rank 0 of 1 while the launcher started "
-                                 f"{launched}: the launcher and MPI share no PMI", PMI_HINT)
+                                 f"log says which){others}", PMI_HINT)
+    if len(found) > 1:
+        alone = any(len(w) == 1 for w in found)
+        return Check(name, FAIL, f"{describe(found, one_world)}: "
+                                 + ("the launcher's PMI did not reach the MPI library" if alone
+                                    else "MPI did not join them into one world"), PMI_HINT)
     wrong = []
     for r in reports:
         lau, mpi = r["launcher"], r["mpi"]

@@ -22,6 +22,7 @@ from chainermn_rt.arguments import folder
 from chainermn_rt.doctor.check import FAIL, PASS, Check
 from chainermn_rt.doctor.cluster import Expected, run_checks
 from chainermn_rt.doctor.reports import load_reports
+from chainermn_rt.doctor.step_log import crashed_task, tail
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request
 from chainermn_rt.plan import Plan, make_plan
@@ -84,11 +85,13 @@ def expected(site: Site, plan: Plan) -> Expected:
 
 
 def job_check(final: FinalState, job: str, out: Path) -> Check:
+    """The job's end; where it failed, the task a signal ended as its log says (step_log)."""
     log = out / LOG.replace("%j", str(job))
     if tuple(final) == ("COMPLETED", 0):
         return Check("job", PASS, f"job {job} COMPLETED, exit code 0")
-    return Check("job", FAIL, f"job {job} {final.state}, exit code {final.exit_code}",
-                 f"read {log}")
+    crashed = crashed_task(tail(log))
+    return Check("job", FAIL, f"job {job} {final.state}, exit code {final.exit_code}"
+                 + (f"; srun: {crashed}" if crashed else ""), f"read {log}")
 
 
 def collect(out: Path, expect: Expected, final: FinalState | None = None,

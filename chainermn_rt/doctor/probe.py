@@ -7,11 +7,12 @@ It runs after ``chainermn-rt rank`` bound the rank, like any training program, a
    launcher kill the step (``srun --kill-on-bad-exit``), which must not cut a slower rank
    short of its report;
 2. starts MPI, adds MPI's view (rank, size, node-local rank, processor name, library,
-   CUDA-awareness) and writes that file again;
-3. only when MPI joined the ranks into one world: an allreduce with a known answer on CPU
-   buffers, and on GPU buffers through ChainerMN's ``pure_nccl`` where every rank has a GPU;
-   with ``--bandwidth-bytes`` a bandwidth measurement; then MPI rank 0 gathers every report
-   into ``DIR/ranks.json`` (reports.py).
+   CUDA-awareness) and writes that file again; then its world's identity, its MPI rank 0's
+   (worlds.py, broadcast), and writes it once more;
+3. only when MPI joined every rank the launcher started into one world: an allreduce with a
+   known answer on CPU buffers, and on GPU buffers through ChainerMN's ``pure_nccl`` where
+   every rank has a GPU; with ``--bandwidth-bytes`` a bandwidth measurement; then MPI rank 0
+   gathers every report into ``DIR/ranks.json`` (reports.py).
 
 It judges nothing (checks.py does) and exits 0 once its reports are written.
 """
@@ -23,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from chainermn_rt.doctor import facts, reports
+from chainermn_rt.doctor import facts, reports, worlds
 
 ELEMENTS = 1 << 18  # 2 MiB of float64: past the eager limits of the usual transports
 PEER_WAIT_S = 120  # the longest wait for the other ranks' files before MPI starts
@@ -122,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     report["mpi"] = mpi_facts(comm)
     reports.write_json(mine, report)
-    if comm.Get_size() == 1 and (launcher["size"] or 1) > 1:
-        return 0  # no shared world (each rank alone): the rank files tell the collector
+    # which world: its rank 0's identity, the same on every member (worlds.py)
+    report["mpi"]["world"] = comm.bcast(worlds.identity(launcher["rank"]), root=0)
+    reports.write_json(mine, report)
+    if launcher["size"] is not None and comm.Get_size() != launcher["size"]:
+        return 0  # not one world of every rank: the rank files tell the collector
     report["allreduce_cpu"] = allreduce_cpu(comm)
     gpu = report["gpu"]
     use_gpu = comm.allreduce(bool(gpu and gpu["cuda"]), op=MPI.LAND)
