@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -43,7 +44,8 @@ def _rank(node: int, local: int, per_node: int = 4, nodes: int = 2) -> dict:
         "mpi": {"rank": rank, "size": nodes * per_node, "local_rank": local,
                 "local_size": per_node, "processor_name": name,
                 "library": "Open MPI v4.1.4, package: Debian OpenMPI",
-                "cuda_aware": {"value": True, "source": "MPIX_Query_cuda_support"}},
+                "cuda_aware": {"value": True, "source": "MPIX_Query_cuda_support"},
+                "libmpi": "/usr/lib/x86_64-linux-gnu/libmpi.so.40.30.4"},
         "env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "UCX_NET_DEVICES": f"mlx5_{numa}:1",
                 "NCCL_IB_HCA": HCAS},
         "visible_gpus": 4,
@@ -76,8 +78,10 @@ def _run(reps, gathered=True, expected=EXPECTED):
 
 def test_a_healthy_cluster_passes_every_check():
     found = _run(_healthy())
-    assert {n: c.status for n, c in found.items()} == {n: PASS for n in found}, found
-    assert len(found) == 13
+    stated = ("fabric", "nccl-plugin")  # what the profile of EXPECTED does not state
+    assert {n: c.status for n, c in found.items()} == {n: NA if n in stated else PASS
+                                                       for n in found}, found
+    assert len(found) == 16
     assert cluster.failed_nodes(list(found.values())) == []
 
 
@@ -648,3 +652,55 @@ def test_a_failed_jobs_row_names_the_task_a_signal_ended(tmp_path):
         "job 27 FAILED, exit code 1"
     assert job.job_check(FinalState("TIMEOUT", 0), "28", tmp_path).reason == \
         "job 28 TIMEOUT, exit code 0"  # no log at all
+
+
+# -- the network the profile states (doctor/network.py) ---------------------------------------
+
+def _with(reps, **network):
+    return [{**r, "network": {"ofi": None, "ucx": None, "nccl_plugin": None, **network}}
+            for r in reps]
+
+
+def test_the_stated_ofi_provider_must_be_on_every_rank():
+    want = replace(EXPECTED, fabric="ofi", provider="cxi")
+    reps = _with(_healthy(), ofi=["cxi", "tcp", "shm"])
+    assert _run(reps, expected=want)["fabric"].status == PASS
+    reps[5]["network"]["ofi"] = ["tcp", "udp", "shm"]  # a node whose cxi is missing
+    check = _run(reps, expected=want)["fabric"]
+    assert (check.status, check.reason, check.nodes) == (
+        FAIL, "cxi expected, found on node2 (rank 5): shm, tcp, udp (fi_info -l)", ("node2",))
+
+
+def test_ucx_must_reach_infiniband_where_the_profile_says_ucx():
+    want = replace(EXPECTED, fabric="ucx")
+    assert _run(_with(_healthy(), ucx=["self", "tcp", "rc_mlx5", "dc_mlx5"]),
+                expected=want)["fabric"].status == PASS
+    check = _run(_with(_healthy(), ucx=["self", "tcp", "posix"]), expected=want)["fabric"]
+    assert check.status == FAIL and check.reason.startswith(
+        "an InfiniBand or RoCE transport expected, found on node1, node2 (ranks 0,1,2,3,4,5,6,7)"
+        ": posix, self, tcp (ucx_info -d)")
+
+
+def test_the_nccl_plugin_must_load_and_export_ncclnet():
+    want = replace(EXPECTED, nccl_plugin="/opt/ofi-nccl/libnccl-net.so")
+    good = {"path": want.nccl_plugin, "loaded": True, "error": None, "symbols": ["ncclNet_v8"]}
+    reps = _with(_healthy(), nccl_plugin=good)
+    assert _run(reps, expected=want)["nccl-plugin"].reason == (
+        "/opt/ofi-nccl/libnccl-net.so loads on every rank, exporting ncclNet_v8")
+    reps[0]["network"]["nccl_plugin"] = {**good, "loaded": False, "symbols": [],
+                                          "error": "libfabric.so.1: cannot open shared object"}
+    check = _run(reps, expected=want)["nccl-plugin"]
+    assert (check.status, check.reason) == (
+        FAIL, "/opt/ofi-nccl/libnccl-net.so does not load on node1 (rank 0): libfabric.so.1: "
+        "cannot open shared object")
+
+
+def test_every_rank_loads_the_library_the_profile_binds():
+    reps = _healthy()
+    want = replace(EXPECTED, mpi_library="/opt/mpich/lib/libmpi.so.12")
+    check = _run(reps, expected=want)["mpi-library"]
+    assert check.status == FAIL and check.reason == (
+        "/usr/lib/x86_64-linux-gnu/libmpi.so.40.30.4 on node1, node2 (ranks 0,1,2,3,4,5,6,7); "
+        "the profile binds /opt/mpich/lib/libmpi.so.12")
+    reps[3]["mpi"]["libmpi"] = "/opt/other/libmpi.so.40"
+    assert _run(reps)["mpi-library"].status == FAIL  # two libraries in one job

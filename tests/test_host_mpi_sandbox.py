@@ -118,3 +118,28 @@ def test_debians_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_p
                  "--out", str(tmp_path / "mnist-result"))
     digests = re.findall(r"^rank \d parameters sha256 (\w+)$", log, re.MULTILINE)
     assert len(digests) == 4 and len(set(digests)) == 1, log[-3000:]
+
+
+@pytest.mark.parametrize("provider", ["tcp", "cxi"])
+def test_the_doctor_names_the_library_and_the_missing_provider(sandbox, mpich_site, tmp_path,
+                                                              provider):
+    """The doctor's ranks on the bound MPICH report the library they loaded; a stated provider
+    the nodes lack (Slingshot's cxi here) fails the fabric check in one line naming them."""
+    site = tmp_path / f"doctor-{provider}.toml"
+    site.write_text(mpich_site.read_text().replace('provider = "tcp"',
+                                                   f'provider = "{provider}"'))
+    done = subprocess.run([PYTHON, "-m", "chainermn_rt", "doctor", "--site", str(site),
+                           "--nodes", "2", "--gpus-per-node", "2", "--json",
+                           "--wait-timeout", "300"], cwd=tmp_path, env=sandbox.env(),
+                          capture_output=True, text=True, timeout=400)
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["mpi-library"]["status"] == "PASS", done.stdout
+    assert checks["mpi-library"]["reason"].startswith(
+        f"every rank loaded {MPICH.resolve()} (MPICH Version:"), checks["mpi-library"]
+    if provider == "tcp":
+        assert (done.returncode, checks["fabric"]["status"]) == (0, "PASS"), done.stdout
+    else:
+        assert done.returncode == 1 and checks["fabric"]["status"] == "FAIL", done.stdout
+        assert checks["fabric"]["reason"].startswith(
+            "cxi expected, found on node1, node2 (ranks 0,1,2,3): "), checks["fabric"]
+        assert checks["fabric"]["reason"].endswith(" (fi_info -l)")

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from chainermn_rt.doctor import network
 from chainermn_rt.doctor.check import FAIL, NA, PASS, Check
 from chainermn_rt.doctor.worlds import describe, size, worlds
 
@@ -30,6 +31,11 @@ class Expected:
 
     ranks: int
     busbw_gbps: float | None = None
+    # the profile's network (interconnect.py): the library it binds, its fabric, NCCL's plugin
+    mpi_library: str | None = None
+    fabric: str | None = None
+    provider: str | None = None
+    nccl_plugin: str | None = None
 
 
 Reports = list[dict]
@@ -414,6 +420,9 @@ def run_checks(reports: Reports, gathered: bool, expected: Expected) -> list[Che
     if not reports:
         return [all_reported(reports, expected)]
     return ([all_reported(reports, expected)] + [check(reports) for check in PER_RANK]
+            + [network.mpi_library(reports, expected.mpi_library),
+               network.fabric(reports, expected.fabric, expected.provider),
+               network.nccl_plugin(reports, expected.nccl_plugin)]
             + [allreduce_cpu(reports, gathered), allreduce_gpu(reports, gathered),
                bandwidth(reports, gathered, expected)])
 

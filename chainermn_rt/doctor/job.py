@@ -81,7 +81,10 @@ def doctor_plan(site: Site, request: Request, out: Path,
 
 
 def expected(site: Site, plan: Plan) -> Expected:
-    return Expected(ranks=plan.world_size, busbw_gbps=site.allreduce_busbw_gbps)
+    return Expected(ranks=plan.world_size, busbw_gbps=site.allreduce_busbw_gbps,
+                    mpi_library=site.mpi.library if site.mpi.bound else None,
+                    fabric=site.fabric.kind, provider=site.fabric.provider,
+                    nccl_plugin=site.nccl.net_plugin)
 
 
 def job_check(final: FinalState, job: str, out: Path) -> Check:

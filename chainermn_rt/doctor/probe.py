@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from chainermn_rt.doctor import facts, reports, worlds
+from chainermn_rt.doctor import facts, network, reports, worlds
 
 ELEMENTS = 1 << 18  # 2 MiB of float64: past the eager limits of the usual transports
 PEER_WAIT_S = 120  # the longest wait for the other ranks' files before MPI starts
@@ -100,7 +100,7 @@ def mpi_facts(comm) -> dict:
     found = {"rank": comm.Get_rank(), "size": comm.Get_size(), "local_rank": node.Get_rank(),
              "local_size": node.Get_size(), "processor_name": MPI.Get_processor_name(),
              "library": MPI.Get_library_version().replace("\0", "").strip().splitlines()[0],
-             "cuda_aware": facts.cuda_aware()}
+             "cuda_aware": facts.cuda_aware(), "libmpi": network.loaded_libmpi()}
     node.Free()
     return found
 
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure an allreduce of this size (0: do not)")
     args = parser.parse_args(argv)
     report = facts.rank_facts()
+    report["network"] = network.rank_network()
     launcher = report["launcher"]
     mine = reports.rank_file(args.out, launcher["rank"])
     reports.write_json(mine, report)
