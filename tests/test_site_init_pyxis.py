@@ -1,7 +1,8 @@
 """``site init`` and ``site check --live`` against the pyxis sandbox (sandbox-pyxis.toml's):
 pyxis found in ``srun --help``, enroot's hooks where enroot itself reads them (the sandbox
 binds its own configuration folder over the install's), a step of the written profile's
-partition in a tiny SquashFS through pyxis, and one node whose enroot cannot run."""
+partition in a tiny SquashFS through pyxis, one node whose enroot cannot run; then a job of
+the written profile (its stubs filled in) in the cpu image's SquashFS."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from test_jobs_pyxis import IMAGE_OS, submit
 
 from chainermn_rt.sandbox import scratch
+from chainermn_rt.site import load_site
 
-from conftest import require_commands
+from conftest import REPO, json_objects, require_commands
+from fixtures_sandbox import user_folder
 
 pytestmark = pytest.mark.slurm
 
@@ -93,3 +97,44 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
                                     "enroot info failed: mkdir: "), broken.stderr
     assert f"enroot/data/user-{os.getuid()}" in broken.stderr, broken.stderr
     assert broken.stderr.count("\n") == 1, broken.stderr
+
+
+def _filled_in(text: str, image: Path) -> str:
+    """The written profile with its stubs filled in as the sandbox's administrator would: the
+    cpu image, /tmp in every container, Open MPI over the sandbox's bridge, jobs as root."""
+    return text + f"""
+[container]
+runtime = "pyxis"
+image = "{image}"
+binds = ["/tmp:/tmp"]
+
+[environment]
+OMPI_MCA_pml = "ob1"
+OMPI_MCA_btl = "self,vader,tcp"
+OMPI_ALLOW_RUN_AS_ROOT = "1"
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1"
+"""
+
+
+def run_a_job(sb, image: Path, tmp_path: Path) -> None:
+    """``site init``'s profile, filled in, submits report_mpi.py on 2 nodes in ``image``."""
+    found = tmp_path / "found.toml"
+    proc = _chainermn_rt(sb.env(), "site", "init", "--partition", "cpu", "--output", str(found))
+    assert proc.returncode == 0, proc.stderr
+    profile = user_folder(sb, "written") / "written.toml"
+    profile.write_text(_filled_in(found.read_text(), image))
+    tree = user_folder(sb, "programs")
+    shutil.copy(REPO / "tests/programs/report_mpi.py", tree / "report_mpi.py")
+    state, log = submit({"sb": sb, "profile": profile, "image": []}, "written",
+                        ["python3", str(tree / "report_mpi.py")])
+    assert state == "COMPLETED", log[-3000:]
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    size = len(load_site(profile).partition("cpu").topology.slots) * 2  # as site init found
+    assert [r["rank"] for r in ranks] == list(range(size)), ranks
+    assert {r["size"] for r in ranks} == {size} and {r["os"] for r in ranks} == {IMAGE_OS}
+    assert {r["host"] for r in ranks} == {"node1", "node2"}, ranks
+
+
+@pytest.mark.docker  # the cpu image's SquashFS
+def test_a_job_of_the_written_profile_runs_in_the_cpu_image(sandbox_pyxis, cpu_sqfs, tmp_path):
+    run_a_job(sandbox_pyxis, cpu_sqfs, tmp_path)
