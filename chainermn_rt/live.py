@@ -59,7 +59,8 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
             if node is None:
                 diffs.append(f"{at}: in partition {p.name}'s Nodes, not in scontrol show node")
                 continue
-            if not any(name in v for v in probe.values()):
+            usable = not any(w in node.get("State", "") for w in _UNUSABLE)
+            if usable and not any(name in v for v in probe.values()):
                 probe.setdefault(p.name, []).append(name)
             cpus = whole(node, "CPUTot", MAX_CPUS_PER_NODE, at)
             try:
@@ -95,6 +96,7 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
 
 
 PROBE_S = 300  # seconds the enroot step may take, waiting for its nodes included
+_UNUSABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE")  # nodes no step reaches
 _TASK = re.compile(r"\s*(\d{1,5}): ?(.*)\Z")  # srun --label's prefix
 
 
@@ -117,7 +119,7 @@ def _by_node(out: str) -> dict[str, enroot_probe.EnrootReport]:
 
 
 def check_enroot(slurm: Slurm, probe: dict[str, list[str]]) -> None:
-    """One step per partition, one task on each of ``probe``'s nodes, running enroot;
+    """One step per partition, one task on each of ``probe``'s nodes (those up), running enroot;
     EnvironmentProblem naming each node where it cannot run, and what is missing."""
     script = (f'echo "{enroot_probe.MARK}node"; echo "${{SLURMD_NODENAME:-$(hostname)}}"\n'
               + enroot_probe.SCRIPT)
