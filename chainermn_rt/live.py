@@ -5,14 +5,19 @@
 
 A client command that fails (Slurm unreachable), and an answer that is not Slurm's
 (``CPUTot=abc``), raise EnvironmentProblem (exit 3): the latter names the node or partition
-and the field.
+and the field. With runtime ``pyxis``, one step on every node of the profile's partitions runs
+enroot (:mod:`chainermn_rt.runtimes.enroot_probe`): nodes where it cannot run are one
+EnvironmentProblem, each node named with what is missing.
 """
 
 from __future__ import annotations
 
+import re
+
 from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
+from chainermn_rt.runtimes import RUNTIMES, enroot_probe
 from chainermn_rt.site import MAX_NODES, Site
-from chainermn_rt.slurm_client import Slurm, whole
+from chainermn_rt.slurm_client import NoAnswer, Slurm, whole
 from chainermn_rt.slurm_records import MAX_CPUS_PER_NODE, MAX_MEMORY_MB, config, gres_gpus
 from chainermn_rt.slurm_rules import parse_time, slurm_version
 
@@ -30,6 +35,7 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
     value at all."""
     diffs: list[str] = []
     partitions, nodes = slurm.listing("partition"), slurm.listing("node")
+    probe: dict[str, list[str]] = {}  # partition -> its nodes no other partition probes
     for p in site.partitions:
         live = partitions.get(p.name)
         if live is None:
@@ -53,6 +59,9 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
             if node is None:
                 diffs.append(f"{at}: in partition {p.name}'s Nodes, not in scontrol show node")
                 continue
+            usable = not any(w in node.get("State", "") for w in _UNUSABLE)
+            if usable and not any(name in v for v in probe.values()):
+                probe.setdefault(p.name, []).append(name)
             cpus = whole(node, "CPUTot", MAX_CPUS_PER_NODE, at)
             try:
                 gpus = gres_gpus(node.get("Gres", ""))
@@ -81,4 +90,59 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
         if site.srun_mpi not in listed:
             diffs.append(f"srun_mpi {site.srun_mpi!r}: not among srun --mpi=list's plugins "
                          f"({', '.join(listed)})")
+    if RUNTIMES[site.container.runtime].command == "enroot":
+        check_enroot(slurm, probe)
     return diffs
+
+
+PROBE_S = 300  # seconds the enroot step may take, waiting for its nodes included
+_UNUSABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE")  # nodes no step reaches
+_TASK = re.compile(r"\s*(\d{1,5}): ?(.*)\Z")  # srun --label's prefix
+
+
+def _by_node(out: str) -> dict[str, enroot_probe.EnrootReport]:
+    """srun --label's output, each task's lines parsed; ValueError for a foreign line."""
+    tasks: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        m = _TASK.match(line)
+        if not m:
+            raise ValueError(f"{message_value(line)}; allowed: srun --label's lines")
+        tasks.setdefault(m.group(1), []).append(m.group(2))
+    found = {}
+    for lines in tasks.values():
+        node = lines[1].strip() if len(lines) > 1 and lines[0] == enroot_probe.MARK + "node" \
+            else ""
+        if not re.match(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z", node):
+            raise ValueError(f"a task named no node ({message_value(node or 'nothing')})")
+        found[node] = enroot_probe.parse("\n".join(lines[2:]))
+    return found
+
+
+def check_enroot(slurm: Slurm, probe: dict[str, list[str]]) -> None:
+    """One step per partition, one task on each of ``probe``'s nodes (those up), running enroot;
+    EnvironmentProblem naming each node where it cannot run, and what is missing."""
+    script = (f'echo "{enroot_probe.MARK}node"; echo "${{SLURMD_NODENAME:-$(hostname)}}"\n'
+              + enroot_probe.SCRIPT)
+    broken = []
+    for partition, names in probe.items():
+        argv = ["srun", f"-N{len(names)}", "--ntasks-per-node=1", f"--partition={partition}",
+                f"--nodelist={','.join(names)}", "--time=2", "--label",
+                "--job-name=chainermn-rt-site-check", "sh", "-c", script]
+        try:
+            proc = slurm.run(argv, timeout=PROBE_S)
+        except NoAnswer:
+            raise EnvironmentProblem(f"partition {partition}: the enroot step did not end "
+                                     f"within {PROBE_S} s; are its nodes busy?") from None
+        said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        if proc.returncode != 0:
+            raise EnvironmentProblem(f"partition {partition}: the enroot step failed (exit "
+                                     f"{proc.returncode}): "
+                                     f"{message_value(said[-1]) if said else 'no message'}")
+        try:
+            reports = _by_node(proc.stdout)
+        except ValueError as err:
+            raise EnvironmentProblem(f"partition {partition}: the enroot step: {err}") from None
+        broken += [f"{n}: enroot cannot run: {'; '.join(r.problems)}"
+                   for n, r in sorted(reports.items()) if r.problems]
+    if broken:
+        raise EnvironmentProblem("; ".join(broken))

@@ -82,7 +82,10 @@ def _probe_answer(xml: str) -> str:
                     "InfiniBand")]
     parts += [("nvidia", INFORMATION.format(bus=bus.upper(), minor=i))
               for i, bus in enumerate(GPU_BUSIDS)]
-    parts += [("nvidia-smi", TOPO), ("runtimes", "apptainer"), ("enroot-hooks", ""),
+    parts += [("nvidia-smi", TOPO), ("runtimes", "apptainer"),
+              ("enroot-command", "/usr/bin/enroot"),
+              ("enroot-paths", "  ENROOT_SYSCONF_PATH=/etc/enroot"),
+              ("enroot-hooks", "x /etc/enroot/hooks.d/50-slurm-pmi.sh"), ("enroot-run", ""),
               ("route", "10.0.0.1 dev enp25s0np0 src 10.0.0.12 uid 0 \\    cache"), ("end", "")]
     return "".join(f"{mark}{name}\n{body}\n" for name, body in parts)
 

@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 from hwloc_fixtures import GPU_BUSIDS, dgx_h100
 
+from chainermn_rt.runtimes.enroot_probe import EnrootReport
 from chainermn_rt.site import load_site, parse_site
 
 from conftest import REPO, folder_contents, require_commands
+
+EMPTY_ENROOT = EnrootReport({}, (), ())
 
 CONFIG = ("AccountingStorageType   = accounting_storage/slurmdbd\nClusterName         = dgx\n"
           "SlurmctldHost[0]    = head(10.0.0.1)\nMpiDefault = pmix\n"
@@ -117,7 +120,7 @@ def test_gpu_order_follows_the_device_minors(tmp_path, monkeypatch):
     minors = {0: 1, 1: 0}
     report = node_report.NodeReport(
         hostname="dgx01", lstopo_xml=dgx_h100(), ib_ports=(), nvidia_smi_topo="", runtimes=(),
-        enroot_hooks=(), socket_ifname=None, nvidia_information=tuple(
+        enroot=EMPTY_ENROOT, socket_ifname=None, nvidia_information=tuple(
             info.format(bus=b.upper(), minor=minors.get(i, i))
             for i, b in enumerate(GPU_BUSIDS)))
     warnings: list[str] = []
@@ -142,7 +145,7 @@ def test_each_hca_gets_its_active_port():
 
     report = node_report.NodeReport(
         hostname="dgx01", lstopo_xml=dgx_h100(), nvidia_information=(), nvidia_smi_topo="",
-        runtimes=(), enroot_hooks=(), socket_ifname=None, ib_ports=(
+        runtimes=(), enroot=EMPTY_ENROOT, socket_ifname=None, ib_ports=(
             ("mlx5_0", 1, "1: DOWN", "10 Gb/sec", "InfiniBand"),
             ("mlx5_0", 2, "4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"),
             ("mlx5_3", 1, "1: DOWN", "10 Gb/sec", "InfiniBand")))
@@ -154,14 +157,21 @@ def test_each_hca_gets_its_active_port():
 
 def test_pyxis_without_enroots_pmi_hook_is_a_warning(tmp_path):
     env = _stubs(tmp_path, pyxis=True)
-    fake = tmp_path / "stub" / "bin" / "enroot"  # enroot on the node, its hooks folder empty
-    fake.write_text("#!/bin/sh\n")
+    fake = tmp_path / "stub" / "bin" / "enroot"  # enroot on the node, reading a site's folder
+    etc = tmp_path / "site-etc"
+    (etc / "hooks.d").mkdir(parents=True)
+    (etc / "hooks.d" / "50-slurm-pmi.sh").write_text("#!/bin/sh\n")  # there, not executable
+    fake.write_text(f"#!/bin/sh\necho 'Enroot version: 4.1.2'\necho '  ENROOT_SYSCONF_PATH={etc}'"
+                    "\n")
     fake.chmod(0o755)
     proc = _init(env, "--partition", "batch", "--output", str(tmp_path / "p.toml"))
     assert proc.returncode == 0, proc.stderr
-    assert ("warning: dgx02: pyxis without enroot's 50-slurm-pmi.sh hook in /etc/enroot/hooks.d:"
-            " multi-node srun --mpi=pmix fails in containers") in proc.stdout
+    assert (f"warning: dgx02: pyxis without enroot's 50-slurm-pmi.sh hook in {etc}/hooks.d "
+            "(enroot info): multi-node srun --mpi=pmix fails in containers") in proc.stdout
     assert '# runtime = "pyxis"' in (tmp_path / "p.toml").read_text()
+    (etc / "hooks.d" / "50-slurm-pmi.sh").chmod(0o755)  # enabled: no warning
+    proc = _init(env, "--partition", "batch", "--output", str(tmp_path / "q.toml"))
+    assert proc.returncode == 0 and "50-slurm-pmi.sh" not in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("args, status, line", [

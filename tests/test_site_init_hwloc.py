@@ -171,7 +171,8 @@ def test_a_node_with_cpus_in_no_numa_node_is_a_warning_not_a_loss():
                         Obj("Package", 1, [Obj("Core", 1, [_pu(1), _pu(3)])])))
     report = node_report.NodeReport(
         hostname="cpu01", lstopo_xml=text, ib_ports=(), nvidia_information=(),
-        nvidia_smi_topo="", runtimes=(), enroot_hooks=(), socket_ifname=None)
+        nvidia_smi_topo="", runtimes=(), socket_ifname=None,
+        enroot=node_report.enroot_probe.EnrootReport({}, (), ()))
     warnings: list[str] = []
     made = survey._topology("cpu", "cpu01", survey.Shape(4, 1024, ""), report, warnings)
     assert [(s.numa, s.cpus) for s in made.slots] == [(0, "0,2"), (1, "0,2")]

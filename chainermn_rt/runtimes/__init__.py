@@ -1,6 +1,7 @@
 """The container runtimes a profile may name, one module each (``base`` says what each
 answers): ``none``, ``apptainer`` and ``singularity``, ``charliecloud``, ``pyxis``. Adding a
-runtime is adding a module and its line in :data:`RUNTIMES`.
+runtime is adding a module and its line in :data:`RUNTIMES`. ``enroot_probe`` is no runtime:
+the node script asking enroot (pyxis's) where its hooks are and whether it can run.
 
 >>> NAMES
 ('none', 'apptainer', 'singularity', 'charliecloud', 'pyxis')

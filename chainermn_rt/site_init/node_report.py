@@ -6,7 +6,7 @@ optional. ``--whole-system`` matters: inside the step's cgroup hwloc would show 
 the step may use.
 
 >>> report = parse(SCRIPT_OUTPUT_EXAMPLE)
->>> report.hostname, report.runtimes, report.enroot_hooks, report.socket_ifname
+>>> report.hostname, report.runtimes, report.enroot.hooks, report.socket_ifname
 ('node1', ('ch-run',), (), 'eth0')
 >>> report.ib_ports
 (('mlx5_0', 1, '4: ACTIVE', '400 Gb/sec (4X NDR)', 'InfiniBand'),)
@@ -18,12 +18,11 @@ import re
 from dataclasses import dataclass
 
 from chainermn_rt.errors import message_value
-from chainermn_rt.runtimes import RUNTIMES
+from chainermn_rt.runtimes import RUNTIMES, enroot_probe
 
 MARK = "@@chainermn-rt "
 RUNTIME_COMMANDS = tuple(r.command for r in RUNTIMES.values() if r.command)
-# enroot's hook that passes Slurm's PMI(x) variables into the container (off by default)
-PMI_HOOK = "50-slurm-pmi.sh"
+PMI_HOOK = enroot_probe.PMI_HOOK  # enroot's hook for Slurm's PMI(x) (off by default)
 
 # $1: the controller's address (for the route to it)
 SCRIPT = f"""\
@@ -42,8 +41,7 @@ done
 m nvidia-smi; command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi topo -m 2>/dev/null
 m runtimes
 for c in {' '.join(RUNTIME_COMMANDS)}; do command -v "$c" >/dev/null 2>&1 && echo "$c"; done
-m enroot-hooks; ls /etc/enroot/hooks.d 2>/dev/null
-m route; ip -o route get "$1" 2>/dev/null
+{enroot_probe.SCRIPT}m route; ip -o route get "$1" 2>/dev/null
 m end
 """
 
@@ -58,7 +56,7 @@ class NodeReport:
     nvidia_information: tuple[str, ...]  # one /proc/driver/nvidia/gpus/*/information each
     nvidia_smi_topo: str
     runtimes: tuple[str, ...]
-    enroot_hooks: tuple[str, ...]
+    enroot: enroot_probe.EnrootReport  # its command None where enroot was not found
     socket_ifname: str | None  # the interface of the route to the controller
 
 
@@ -81,6 +79,13 @@ class Unfinished(ValueError):
 IFNAME = re.compile(r"[A-Za-z0-9_.@+-]{1,15}\Z")
 
 
+def _enroot(text: str) -> enroot_probe.EnrootReport:
+    try:
+        return enroot_probe.parse(text)
+    except ValueError as err:
+        raise ValueError(f"enroot: {err}") from None
+
+
 def parse(text: str) -> NodeReport:
     """The probe's output; :class:`Unfinished` when it did not run to its end, ValueError
     naming the section when a value is not what the script prints."""
@@ -94,6 +99,7 @@ def parse(text: str) -> NodeReport:
         m = re.search(r"/infiniband/([^/]+)/ports/([0-9]{1,3})$", path)
         if m and len(fields) == 3:
             ports.append((m.group(1), int(m.group(2)), *(f.strip() for f in fields)))
+    enroot = _enroot(text)
     route = re.search(r"\bdev (\S+)", one.get("route", ""))
     if route and not IFNAME.match(route.group(1)):
         raise ValueError(f"route: interface {message_value(route.group(1), 40)}; allowed: a "
@@ -104,8 +110,9 @@ def parse(text: str) -> NodeReport:
         ib_ports=tuple(ports),
         nvidia_information=tuple(body for name, body in parts if name == "nvidia"),
         nvidia_smi_topo=one.get("nvidia-smi", ""),
-        runtimes=tuple(r for r in one.get("runtimes", "").split() if r in RUNTIME_COMMANDS),
-        enroot_hooks=tuple(one.get("enroot-hooks", "").split()),
+        runtimes=tuple(r for r in one.get("runtimes", "").split() if r in RUNTIME_COMMANDS)
+        + (("enroot",) if enroot.command and "enroot" not in one.get("runtimes", "") else ()),
+        enroot=enroot,
         socket_ifname=route.group(1) if route and route.group(1) != "lo" else None)
 
 
@@ -118,7 +125,9 @@ node1
 {MARK}nvidia-smi
 {MARK}runtimes
 ch-run
-{MARK}enroot-hooks
+{MARK}enroot-command
+{MARK}enroot-run
+no enroot on PATH (/usr/bin:/bin)
 {MARK}route
 10.213.0.1 dev eth0 src 10.213.0.2 uid 0 \\    cache
 {MARK}end

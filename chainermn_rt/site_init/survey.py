@@ -244,6 +244,23 @@ def _node_folder(conf: dict[str, str], key: str) -> str | None:
         raise EnvironmentProblem(str(err)) from None
 
 
+def _enroot_warnings(reports: dict[str, node_report.NodeReport], warnings: list[str]) -> None:
+    """pyxis found: each probed node's enroot, where it cannot run or lacks the PMI hook in
+    the hooks.d folders enroot itself reads (``enroot info``)."""
+    hook = node_report.PMI_HOOK
+    for host, r in reports.items():
+        if r.enroot.command is None:
+            warnings.append(f"{host}: pyxis without enroot: "
+                            f"{'; '.join(r.enroot.problems) or 'not found'}")
+        elif r.enroot.problems:
+            warnings.append(f"{host}: enroot cannot run: {'; '.join(r.enroot.problems)}")
+        elif not r.enroot.enabled(hook):
+            where = " or ".join(message_value(f) for f in r.enroot.hook_folders) or "hooks.d"
+            warnings.append(f"{host}: pyxis without enroot's {hook} hook in {where} (enroot "
+                            "info): multi-node srun --mpi=pmix fails in containers (copy it "
+                            "from enroot's hooks.d examples, executable)")
+
+
 def survey(slurm: Slurm, wanted: list[str], name: str | None = None
            ) -> tuple[Facts, list[str], list[str]]:
     """(facts, warnings, the Slurm steps run) for the partitions ``wanted``."""
@@ -309,12 +326,7 @@ def survey(slurm: Slurm, wanted: list[str], name: str | None = None
             shape.memory_mb, gres_gpu_type(shape.gres), shapes[shape].name,
             record.get("Nodes", "")))
     if pyxis:
-        missing = [node for node, r in reports.items() if "enroot" in r.runtimes
-                   and node_report.PMI_HOOK not in r.enroot_hooks]
-        for host in missing:
-            warnings.append(f"{host}: pyxis without enroot's {node_report.PMI_HOOK} hook in "
-                            "/etc/enroot/hooks.d: multi-node srun --mpi=pmix fails in containers"
-                            " (copy it from enroot's hooks.d examples)")
+        _enroot_warnings(reports, warnings)
     srun_mpi = "pmix" if any(x.startswith("pmix") for x in plugins) else \
         "pmi2" if "pmi2" in plugins else None
     if srun_mpi is None:
