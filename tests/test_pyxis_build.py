@@ -21,19 +21,25 @@ from chainermn_rt.sandbox import pyxis_build
 
 from conftest import PYTHON, REPO, require_commands
 
-# the release tars, where CI keeps them beside the checkout (shared/sources/README.md)
-SOURCES = Path(os.environ.get("CHAINERMN_RT_SOURCES", REPO.parent / "shared" / "sources"))
+# the release tars: where CI keeps them beside the checkout (shared/sources/README.md), else
+# where `make setup` kept them on this machine (a newcomer's clone anywhere)
+SOURCES = (Path(os.environ["CHAINERMN_RT_SOURCES"]) if os.environ.get("CHAINERMN_RT_SOURCES")
+           else None)
 
 
 @pytest.fixture(scope="module")
 def sources() -> Path:
     pins = pyxis_build.load_pins()
-    missing = [p.tar_name for p in pins.values() if not (SOURCES / p.tar_name).is_file()]
-    if missing:
-        pytest.fail(f"{SOURCES} lacks {', '.join(missing)} (set CHAINERMN_RT_SOURCES to the "
-                    "folder of the release tars)", pytrace=False)
+    candidates = [SOURCES] if SOURCES else [REPO.parent / "shared" / "sources",
+                                            pyxis_build.source_cache()]
+    found = next((c for c in candidates
+                  if all((c / p.tar_name).is_file() for p in pins.values())), None)
+    if found is None:
+        pytest.fail(f"no folder of {', '.join(p.tar_name for p in pins.values())} in "
+                    f"{', '.join(map(str, candidates))} (run `make setup`, or set "
+                    "CHAINERMN_RT_SOURCES to the folder of the release tars)", pytrace=False)
     require_commands("make", "cc")
-    return SOURCES
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +128,10 @@ def test_a_wrong_sum_is_one_line_naming_both_and_nothing_is_installed(sources, t
     assert [p.name for p in cache.iterdir()] == [".lock"]  # no build, no install
 
 
-def test_a_download_is_checked_too(sources, tmp_path):
+def test_a_download_is_checked_too(sources, tmp_path, monkeypatch):
     """The release URLs cannot be reached from here: a file:// URL of the same .tar.gz stands
     for GitHub's; one whose tar differs is refused naming the URL and both sums."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "no-cache"))
     pins = pyxis_build.load_pins()
     bad = _wrong(sources, tmp_path / "sources")
     local = {}
@@ -141,6 +148,7 @@ def test_a_download_is_checked_too(sources, tmp_path):
                               "tar_sha256)")
     assert [p.name for p in (tmp_path / "tools").iterdir()] == [".lock"]
     unreachable = {**local, "enroot": replace(pins["enroot"], url=(tmp_path / "no").as_uri())}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "no-cache-2"))  # enroot's was kept
     with pytest.raises(EnvironmentProblem, match=r"^cannot download file://.*/no \("):
         pyxis_build.ensure(None, cache=tmp_path / "tools", pins=unreachable)
 
@@ -159,3 +167,21 @@ def test_the_sandbox_names_the_command_when_nothing_is_built(tmp_path, monkeypat
     with pytest.raises(EnvironmentProblem, match=r"^enroot and pyxis are not built for the "
                                                  r"debian12 stack \(.*\); run `make setup`"):
         pyxis_build.find()
+
+
+def test_tars_checked_once_are_kept_for_the_next_build_on_this_machine(sources, tmp_path,
+                                                                      monkeypatch):
+    """A fresh clone's `make setup` without SOURCES finds what an earlier setup verified: no
+    download (the URL here leads nowhere)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    pin = pyxis_build.load_pins()["pyxis"]
+    (tmp_path / "a").mkdir()
+    pyxis_build.fetch(pin, sources, tmp_path / "a")
+    kept = pyxis_build.source_cache() / pin.tar_name
+    assert sha256_file(kept) == pin.tar_sha256
+    (tmp_path / "b").mkdir()
+    nowhere = replace(pin, url=(tmp_path / "no").as_uri())
+    assert sha256_file(pyxis_build.fetch(nowhere, None, tmp_path / "b")) == pin.tar_sha256
+    kept.write_bytes(b"damaged")  # a cache whose bytes changed is not used: downloaded again
+    with pytest.raises(EnvironmentProblem, match=r"^cannot download "):
+        pyxis_build.fetch(nowhere, None, tmp_path / "b")

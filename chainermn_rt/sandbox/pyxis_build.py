@@ -1,7 +1,9 @@
 """enroot and pyxis for the sandbox's nodes, built from their release sources (``make setup``).
 
-The sources come from a folder (``make setup SOURCES=DIR``: ``NAME-VERSION.tar``, or ``.tar.gz``)
-or from the projects' release URLs; either way the uncompressed tar's sha256 must be the pin of
+The sources come from a folder (``make setup SOURCES=DIR``: ``NAME-VERSION.tar``, or ``.tar.gz``),
+else from this machine's cache of tars checked before (:func:`source_cache`: a fresh clone's
+setup finds them), else from the projects' release URLs; either way the uncompressed tar's
+sha256 must be the pin of
 ``containers/versions.toml`` (``[enroot]``, ``[pyxis]``: ``tar_sha256``). Each stack gets its
 own build, on the system its nodes run (:class:`Builder`): ``debian12`` on the host, against
 Debian 12's libslurm-dev (Slurm 22.05); ``debian13`` inside the Debian 13 root, against its
@@ -39,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
-from chainermn_rt.files import sha256_file
+from chainermn_rt.files import sha256_file, write_atomically
 from chainermn_rt.sandbox.root import Root, ensure_root, enter_argv, root_env
 from chainermn_rt.sandbox.settings import DEBIAN12, DEBIAN13, STACKS
 from chainermn_rt.site import checkout
@@ -271,10 +273,30 @@ def ensure(sources: Path | None = None, stack: str = DEBIAN12, cache: Path | Non
     return tools
 
 
+def source_cache() -> Path:
+    """Where verified release tars are kept for the next build on this machine (another
+    checkout's, a fresh clone's): ``$XDG_CACHE_HOME/chainermn-rt/sources``."""
+    cache_home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache_home) / "chainermn-rt" / "sources"
+
+
 def fetch(pin: Pin, sources: Path | None, work: Path) -> Path:
-    """``pin``'s tar in ``work``, its sha256 checked: from ``sources`` (a folder) or
-    downloaded from its URL."""
+    """``pin``'s tar in ``work``, its sha256 checked: from ``sources`` (a folder), else from
+    this machine's :func:`source_cache`, else downloaded from its URL; kept in the cache."""
+    tar = _fetched(pin, sources, work)
+    kept = source_cache() / pin.tar_name
+    if not kept.is_file():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(kept, lambda f: f.write(tar.read_bytes()), binary=True)
+    return tar
+
+
+def _fetched(pin: Pin, sources: Path | None, work: Path) -> Path:
     tar = work / pin.tar_name
+    cached = source_cache() / pin.tar_name
+    if sources is None and cached.is_file() and sha256_file(cached) == pin.tar_sha256:
+        shutil.copyfile(cached, tar)
+        return tar
     if sources is not None:
         found = [p for p in (sources / pin.tar_name, sources / f"{pin.tar_name}.gz")
                  if p.is_file()]
