@@ -24,7 +24,7 @@ from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.sandbox import Sandbox, SandboxError, pyxis_build
 from chainermn_rt.sandbox.root import Root, ensure_root
 
-from conftest import require_commands
+from conftest import REPO, require_commands
 
 SANDBOX_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "ip",
                     "nsenter", "unshare")
@@ -111,12 +111,18 @@ def sandbox_debian13(debian13_root):
     SlurmdSpoolDir are there too, where no container sees them unless the job binds them."""
     require_commands("ip", "nsenter", "unshare")
     folder = site_folder("debian13-")
-    sb = Sandbox.from_profile("sandbox-debian13", state_dir=folder / "state")
+    yield from _up_in(Sandbox.from_profile("sandbox-debian13", state_dir=folder / "state"),
+                      folder, "the debian13 sandbox")
+
+
+def _up_in(sb: Sandbox, folder: Path, what: str):
+    """``sb`` up while the generator is, then down and ``folder`` removed; a failed start fails
+    the test."""
     try:
         sb.up()
     except SandboxError as err:
         shutil.rmtree(folder, ignore_errors=True)
-        pytest.fail(f"the debian13 sandbox did not start: {err}", pytrace=False)
+        pytest.fail(f"{what} did not start: {err}", pytrace=False)
     yield sb
     sb.down()
     shutil.rmtree(folder, ignore_errors=True)
@@ -134,14 +140,7 @@ def pyxis_sandbox(profile: str, root: Root | None = None):
     except EnvironmentProblem as err:
         pytest.fail(str(err), pytrace=False)
     folder.chmod(0o755)
-    try:
-        sb.up()
-    except SandboxError as err:
-        shutil.rmtree(folder, ignore_errors=True)
-        pytest.fail(f"the {profile} sandbox did not start: {err}", pytrace=False)
-    yield sb
-    sb.down()
-    shutil.rmtree(folder, ignore_errors=True)
+    yield from _up_in(sb, folder, f"the {profile} sandbox")
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +153,18 @@ def sandbox_pyxis():
 def sandbox_pyxis_debian13(debian13_root):
     """sandbox-pyxis-debian13: Slurm 24.11's slurmd with pyxis in the Debian 13 root."""
     yield from pyxis_sandbox("sandbox-pyxis-debian13", debian13_root)
+
+
+def user_tree(sb: Sandbox) -> Path:
+    """Copies of examples/ and tests/programs/ in the sandbox's shared folder, at the same
+    relative places, that its unprivileged user (and so a container) can read."""
+    tree = user_folder(sb, "tree")
+    for part in ("examples", "tests/programs"):
+        shutil.copytree(REPO / part, tree / part, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for path in (tree, *tree.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return tree
 
 
 def user_folder(sb: Sandbox, name: str) -> Path:

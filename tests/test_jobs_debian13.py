@@ -35,8 +35,8 @@ from chainermn_rt.slurm_rules import pmix_folders
 from chainermn_rt.staging import FOLDER_PREFIX
 from chainermn_rt.submission import Cluster
 
-from conftest import PYTHON, REPO, json_objects
-from fixtures_sandbox import job_output, submit_text, user_folder
+from conftest import PYTHON, json_objects
+from fixtures_sandbox import job_output, submit_text, user_folder, user_tree
 
 pytestmark = [pytest.mark.slurm, pytest.mark.debian13]
 SITE = "sandbox-debian13"
@@ -109,12 +109,7 @@ def jobs(sandbox_debian13) -> Jobs:
     """What a cluster's users do: programs copied to the shared folder (the sandbox's, outside
     /tmp), which the profile binds into containers as sites bind their project file system."""
     sb = sandbox_debian13
-    tree = user_folder(sb, "tree")
-    for part in ("examples", "tests/programs"):
-        shutil.copytree(REPO / part, tree / part, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    for path in (tree, *tree.rglob("*")):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    tree = user_tree(sb)
     shared = tree.parent
     text = resolve_site(SITE).read_text()
     assert text.count("\n[container]\n") == 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pwd
 import re
 import secrets
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -21,8 +20,8 @@ from chainermn_rt.sandbox.root import load_pins
 from chainermn_rt.sandbox.settings import HOST_USER, STATE_VAR
 from chainermn_rt.site import load_site, resolve_site
 
-from conftest import PYTHON, REPO, json_objects
-from fixtures_sandbox import user_folder
+from conftest import PYTHON, json_objects
+from fixtures_sandbox import user_folder, user_tree
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker]  # docker: the SquashFS of the cpu image
 SITE = "sandbox-pyxis"
@@ -35,12 +34,7 @@ def jobs_as_user(sb: Sandbox, site: str, user: str, image: Path) -> dict:
     """A pyxis profile as an unprivileged user (``[sbatch] uid/gid``), copies of examples/ and
     tests/programs/ it may read (below /tmp: the containers see them), and the arguments that
     name the suite's SquashFS where it is not the profile's default."""
-    tree = user_folder(sb, "tree")
-    for part in ("examples", "tests/programs"):
-        shutil.copytree(REPO / part, tree / part, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    for path in (tree, *tree.rglob("*")):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    tree = user_tree(sb)
     profile = user_folder(sb, "profile") / "as-user.toml"
     profile.write_text(resolve_site(site).read_text()
                        + f'\n[sbatch]\nuid = "{user}"\ngid = "{user}"\n')
