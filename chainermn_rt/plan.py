@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from chainermn_rt.bind_check import at_render
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request, checked
+from chainermn_rt.quoting import Expanding
 from chainermn_rt.rank_contract import (
     HOST_LIBS_VAR,
     METRICS_DIR_VAR,
@@ -101,7 +102,7 @@ class Plan:
     sbatch: tuple[tuple[str, str | None], ...]
     modules: tuple[str, ...]
     environment: tuple[tuple[str, str], ...]
-    launch: tuple[str, ...]
+    launch: tuple[str | Expanding, ...]  # Expanding: a word holding $PWD (pyxis's flags)
     container: tuple[str, ...]
     rank_step: tuple[str, ...]
     command: tuple[str, ...]
@@ -143,13 +144,15 @@ def _tasks(site: Site, part: Partition, req: Request) -> tuple[int, int]:
     return r, 0
 
 
-def _container(site: Site, req: Request, part: Partition, folders: tuple[str | None, ...]
-               ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def _container(site: Site, req: Request, part: Partition, folders: tuple[str | None, ...],
+               exported: tuple[str, ...]
+               ) -> tuple[str, tuple[str, ...], tuple[str | Expanding, ...]]:
     """(runtime, argv placed before the rank step, extra launcher flags); ``folders``: host
     folders the container must see too (staged data's node-local scratch, the metrics folder),
-    each bound at the same path unless the profile's binds have it; the runtime's own checks
-    (chainermn_rt.runtimes) and, for one that binds them, the folders Slurm's PMIx plugin hands
-    the ranks (slurm_rules.step_folders) where it would not show them."""
+    each bound at the same path unless the profile's binds have it; ``exported``: the
+    variables the script exports; the runtime's own checks (chainermn_rt.runtimes) and, for
+    one that binds them, the folders Slurm's PMIx plugin hands the ranks
+    (slurm_rules.step_folders) where it would not show them."""
     name = req.runtime or site.container.runtime
     kind = runtime(name)
     if name == "none":
@@ -172,11 +175,18 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
         c = kind.bind(c, step_folders(site.srun_mpi, site.slurm_tmpfs, site.slurmd_spool_dir),
                       "{0}", kind.own_mounts)
     at_render(site.mpi, site.nccl, kind.image_glibc(image) if site.host_libraries else None)
-    return name, *kind.step(c, image)
+    return name, *kind.step(c, image, exported)
+
+
+def _exported(environment: tuple[tuple[str, str], ...], stop: Stop | None,
+              timeline: Timeline | None, staged: bool) -> tuple[str, ...]:
+    """The names of the variables the job script exports, in its order."""
+    return (*(name for name, _ in environment), *((timeline.var,) if timeline else ()),
+            *(STAGE_VARIABLES if staged else ()), *((stop.file_var,) if stop else ()))
 
 
 def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,
-            pyxis_flags: tuple[str, ...]) -> tuple[str, ...]:
+            pyxis_flags: tuple[str | Expanding, ...]) -> tuple[str | Expanding, ...]:
     launcher = req.launcher or site.launcher
     if launcher not in RANK_LAUNCHERS:
         raise UserError(f"--launcher: {launcher!r} is not known; allowed: "
@@ -245,9 +255,12 @@ def make_plan(site: Site, req: Request) -> Plan:
     req = checked(req, part, site.slurm_release)
     tasks_per_node, gpus = _tasks(site, part, req)
     site.mpi.check_launch(req.launcher or site.launcher, site.srun_mpi)
+    environment = _environment(site, req, part, tasks_per_node)
+    stop, timeline = stop_of(site), Timeline() if req.timeline else None
     runtime, container, pyxis_flags = _container(
         site, req, part, (part.local_scratch if req.stage else None, site.metrics_textfile_dir,
-                          *site.host_libraries))
+                          *site.host_libraries),
+        _exported(environment, stop, timeline, bool(req.stage)))
     python = req.python or (site.container.python if runtime != "none" else site.python)
     if python is None:  # bare metal, no python in the profile: the interpreter running us
         python = sys.executable
@@ -255,15 +268,15 @@ def make_plan(site: Site, req: Request) -> Plan:
     return Plan(
         site_name=site.name,
         sbatch=_sbatch(site, part, req, tasks_per_node, cpus_per_task, gpus),
-        modules=site.modules, environment=_environment(site, req, part, tasks_per_node),
+        modules=site.modules, environment=environment,
         launch=_launch(site, req, runtime, tasks_per_node, pyxis_flags),
         container=container, rank_step=(python, "-m", "chainermn_rt", "rank", "--"),
         command=(python, "-m", req.module, *req.command) if req.module else tuple(req.command),
         partition=part.name, nodes=req.nodes, tasks_per_node=tasks_per_node,
         cpus_per_task=cpus_per_task, gpus_per_node=gpus,
-        stop=stop_of(site),
+        stop=stop,
         stage=plan_stage(req.stage, part.local_scratch,
                          f"partition {part.name!r} of site {site.name!r}", req.nodes,
                          (*pyxis_flags, *container), python),
-        timeline=Timeline() if req.timeline else None,
+        timeline=timeline,
         runtime=runtime, image=None if runtime == "none" else req.image or site.container.image)

@@ -9,7 +9,8 @@ One function per language; every writer of a file another program reads or runs 
 - :func:`toml`, :func:`toml_key`: ``site init``'s profile, an install's ``site.toml``;
 - :func:`sh`, :func:`sh_join`, :func:`sh_fill`, :func:`directive`: job scripts (render's
   filters ``sh``, ``shjoin``, ``shfill``, ``directive``), an install's wrappers, ReFrame's
-  job fields;
+  job fields; :class:`Expanding`, a word of an argv that holds the shell's own variables
+  (``$PWD`` where the word runs), quoted by :func:`sh_word` and :func:`sh_join`;
 - :func:`comment`: what any of them writes after ``#`` or ``--``;
 - :func:`prometheus_label`: a label's value in Prometheus' text exposition (the timeline's
   metrics, ``timeline/metrics.py``);
@@ -33,6 +34,7 @@ import math
 import pprint
 import re
 import shlex
+from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError, message_value
 
@@ -200,9 +202,41 @@ def sh(value: str, field: str = "a shell word") -> str:
     return shlex.quote(_utf8(value, field))
 
 
-def sh_join(argv: list[str] | tuple[str, ...], field: str = "a command") -> str:
-    """An argv as shell words (:func:`sh` each), separated by spaces."""
-    return " ".join(sh(word, field) for word in argv)
+_PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(:-\$\$)?\Z")
+
+
+@dataclass(frozen=True)
+class Expanding:
+    """One shell word of literal text and the shell's own variables, expanded where the word
+    runs: ``parts`` alternate literal text and a parameter (a variable's name, or ``NAME:-$$``
+    for the shell's process id where NAME is unset).
+
+    >>> print(sh_word(Expanding(("--container-workdir=", "PWD", ""))))
+    --container-workdir="${PWD}"
+    """
+
+    parts: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.parts[1::2] if not _PARAMETER.match(p)]
+        if bad or len(self.parts) % 2 == 0:
+            raise ValueError(f"Expanding: {self.parts!r}; allowed: literal, parameter, ..., "
+                             "literal")
+
+
+def sh_word(value: str | Expanding, field: str = "a shell word") -> str:
+    """One shell word: :func:`sh` of a string; an :class:`Expanding` word's literal parts so,
+    its parameters as ``"${NAME}"``."""
+    if isinstance(value, str):
+        return sh(value, field)
+    return "".join(f'"${{{part}}}"' if i % 2 else sh(part, field)
+                   for i, part in enumerate(value.parts) if part or i % 2)
+
+
+def sh_join(argv: list[str | Expanding] | tuple[str | Expanding, ...],
+            field: str = "a command") -> str:
+    """An argv as shell words (:func:`sh_word` each), separated by spaces."""
+    return " ".join(sh_word(word, field) for word in argv)
 
 
 _PLAIN_DIRECTIVE = re.compile(r"[A-Za-z0-9_.,:@%/=+-]+\Z")

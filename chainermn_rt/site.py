@@ -300,12 +300,13 @@ LOCAL_SCRATCH_ALLOWED = ("an absolute path other than / of a folder each node ha
 
 
 METRICS_DIR_ALLOWED = ("an absolute path of node_exporter's textfile-collector folder on the "
-                       "compute nodes, e.g. \"/var/lib/node_exporter/textfile\", without '$'")
+                       "compute nodes, e.g. \"/var/lib/node_exporter/textfile\", without '$', "
+                       "':' or ',' (a container binds it: runtimes split binds on them)")
 
 
 def _metrics_dir(t: _Table) -> str | None:
     value = t.text("metrics_textfile_dir", None, allowed=METRICS_DIR_ALLOWED)
-    if value is not None and (not value.startswith("/") or "$" in value):
+    if value is not None and (not value.startswith("/") or any(c in value for c in "$:,")):
         raise UserError(f"{t.at('metrics_textfile_dir')}: {value!r} is not allowed; allowed: "
                         f"{METRICS_DIR_ALLOWED}")
     return value

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.quoting import Expanding
 from chainermn_rt.rank_contract import STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR
 from chainermn_rt.slurm_rules import check_printable
 
@@ -72,7 +73,7 @@ class Stage:
 
     sources: tuple[str, ...]
     scratch: str
-    copy: tuple[str, ...]
+    copy: tuple[str | Expanding, ...]
     remove: tuple[str, ...]
     list_jobs: tuple[str, ...] = ("squeue", "--me", "--noheader", "--format=%A")
     dir_var: str = STAGE_DIR_VAR
@@ -119,7 +120,7 @@ def stage_sources(paths: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def plan_stage(paths: tuple[str, ...], scratch: str | None, where: str, nodes: int,
-               before_python: tuple[str, ...], python: str) -> Stage | None:
+               before_python: tuple[str | Expanding, ...], python: str) -> Stage | None:
     """The copy and removal steps for ``--stage paths``: srun whatever the ranks' launcher
     (every Slurm allocation has it, and a copy needs no MPI), one task on each node, the copy
     after ``before_python`` (a container's flags and argv). ``scratch``: the partition's

@@ -27,6 +27,7 @@ from chainermn_rt.files import write_atomically
 from chainermn_rt.plan import Plan
 from chainermn_rt.reach import EXECUTE, READ, WRITE, Who, blocker
 from chainermn_rt.render import render
+from chainermn_rt.runtimes import RUNTIMES
 from chainermn_rt.sandbox import mpi_crash
 from chainermn_rt.site import Site
 from chainermn_rt.slurm_client import FinalState, Slurm
@@ -79,7 +80,10 @@ def named_files(plan: Plan, cwd: Path) -> Iterator[tuple[str, Path, int]]:
 def check_reach(plan: Plan, cwd: Path) -> None:
     """UserError naming the first file the job names (:func:`named_files`) that the user it
     runs as cannot reach from this machine (chainermn_rt.reach), before anything is
-    submitted: every rank would fail alike on the nodes."""
+    submitted: every rank would fail alike on the nodes; first, a folder the job's container
+    runtime cannot run it in."""
+    RUNTIMES[plan.runtime].check_job_folder(str(cwd.absolute()),
+                                            "the job's folder (where it was submitted)")
     who = job_user(plan)
     if who.uid == 0:
         return

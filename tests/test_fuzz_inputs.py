@@ -205,7 +205,8 @@ def _load(path: Path):
         return None
 
 
-PLAN_FIELD = re.compile(r"(--[a-z-]+|COMMAND(\[\d+\])?|partition)[: ]")
+# the runtime's checks of the profile's [container] (a pyxis bind, Apptainer's flags) name it
+PLAN_FIELD = re.compile(r"(--[a-z-]+|COMMAND(\[\d+\])?|partition|container\.[a-z]+(\[\d+\])?)[: ]")
 
 
 def _plan_and_render(site, request: Request) -> str | None:
@@ -551,9 +552,11 @@ SITE_FIELDS = {
                                 in _launch(calls)["argv"]),
     "container.binds (apptainer)": ("quad-gpu", _at("container", "binds", 0),
                                     lambda calls, sb, v: v in _launch(calls)["argv"]),
-    "container.binds (pyxis)": ("dgx-h100", _at("container", "binds", 0),
-                                lambda calls, sb, v: f"--container-mounts={v}"
-                                in _launch(calls)["argv"]),
+    # pyxis mounts paths only: each value as a path, then the job's folder ($PWD)
+    "container.binds (pyxis)": ("dgx-h100", lambda doc, v: _at("container", "binds", 0)(
+                                    doc, f"/{v}"),
+                                lambda calls, sb, v: any(a.startswith(f"--container-mounts=/{v},/")
+                                                         for a in _launch(calls)["argv"])),
     "container.flags": ("quad-gpu", _at("container", "flags"),
                         lambda calls, sb, v: v in _launch(calls)["argv"]),
     "container.python": ("quad-gpu", _at("container", "python"),

@@ -42,6 +42,11 @@ CASES = {
     "sandbox-pyxis-2x2": ("sandbox-pyxis", Request(
         nodes=2, image="/var/tmp/chainermn-rt-cpu.sqfs",
         command=("python3", "/tmp/chainermn-rt/examples/train_mnist.py"))),
+    # a registry's image: one named container per job, which the stage copy step shares; the
+    # stage's and the timeline's variables kept over the image's (--container-env)
+    "sandbox-pyxis-stage-registry": ("sandbox-pyxis", Request(
+        nodes=2, image="nvcr.io#nvidia/pytorch:24.01-py3", stage=("/tmp/shards",), timeline=True,
+        command=("python3", "/tmp/chainermn-rt/examples/train_imagenet.py"))),
     "sandbox-pyxis-debian13-2x2": ("sandbox-pyxis-debian13", Request(
         nodes=2, image="/var/tmp/chainermn-rt-cpu.sqfs",
         command=("python3", "/tmp/chainermn-rt/examples/train_mnist.py"))),

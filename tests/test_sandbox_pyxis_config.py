@@ -12,6 +12,7 @@ import pytest
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request
 from chainermn_rt.plan import make_plan
+from chainermn_rt.quoting import Expanding, sh_join
 from chainermn_rt.sandbox import pyxis, pyxis_build
 from chainermn_rt.sandbox.config import render_files
 from chainermn_rt.sandbox.settings import sandbox_settings
@@ -49,8 +50,9 @@ def test_slurm_loads_pyxis_and_enroot_is_configured_per_node_and_user(tmp_path, 
     assert f"PlugStackConfig={tmp_path}/etc/plugstack.conf" in lines
     # one path, each node's own (enroot's PMI hook reads them with %n unexpanded)
     assert {f"SlurmdSpoolDir={LOCAL}/slurm/spool", f"TmpFS={LOCAL}/slurm/tmp"} <= set(lines)
-    assert files["etc/plugstack.conf"] == (f"required {tools.plugin} "
-                                           f"runtime_path={LOCAL}/pyxis use_squashfuse=true\n")
+    assert files["etc/plugstack.conf"] == (
+        f"required {tools.plugin} runtime_path={LOCAL}/pyxis use_squashfuse=true "
+        "container_scope=job\n")
     conf = [line.split(None, 1) for line in files["etc/enroot/enroot.conf"].splitlines()
             if not line.startswith("#")]
     assert conf == [["ENROOT_TEMP_PATH", f"{LOCAL}/enroot/tmp"]] + [
@@ -93,8 +95,11 @@ def test_each_node_binds_the_sandboxs_enroot_configuration_and_finds_enroot(tmp_
     (tmp_path / "dev" / "fuse").touch()  # `up` makes a 0666 device node there
     argv = Launcher(s, tools=tools).node("node2")
     at = argv.index(f"{tmp_path}/dev/fuse") - 3
-    assert argv[at:at + 6] == ["sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"',
-                               f"{tmp_path}/dev/fuse", "/dev/fuse", "env"]
+    assert argv[at:at + 5] == ["sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"',
+                               f"{tmp_path}/dev/fuse", "/dev/fuse"]
+    # enroot in /usr/local/bin too, where pyxis's job epilog looks (the host's programs stay)
+    assert argv[at + 5:at + 11] == ["sh", "-c", pyxis.OVERLAY, str(tools.bin),
+                                    "/usr/local/bin", "env"]
     assert f"{tmp_path}/scratch/node2" in argv[:at]  # after the node's own scratch is mounted
     plain = Launcher(sandbox_settings(load_site(resolve_site("sandbox")), state_dir=tmp_path))
     assert not any("enroot" in word for word in plain.node("node2"))
@@ -115,6 +120,11 @@ def test_a_pyxis_sandbox_needs_local_scratch_and_plain_paths(tmp_path, tools):
 
 def test_the_jobs_srun_runs_the_ranks_in_the_image_with_tmp(tmp_path):
     plan = make_plan(SITE, Request(nodes=2, command=("python3", "/tmp/x.py")))
-    assert plan.launch[-2:] == (f"--container-image={SITE.container.image}",
-                                "--container-mounts=/tmp:/tmp")
+    assert sh_join(plan.launch[-5:]) == sh_join((
+        f"--container-image={SITE.container.image}",
+        Expanding(("--container-mounts=/tmp:/tmp,", "PWD", "")),
+        Expanding(("--container-workdir=", "PWD", "")),
+        "--container-env=OMPI_MCA_pml,OMPI_MCA_btl,OMPI_MCA_mpi_yield_when_idle,"
+        "OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,CHAINERMN_RT_SLOTS,"
+        "CHAINERMN_RT_STOP_FILE", "--no-container-mount-home"))
     assert plan.container == ()

@@ -26,6 +26,7 @@ from chainermn_rt.data.manifest import Manifest, Shard, shard_name, to_json
 from chainermn_rt.errors import EnvironmentProblem, UserError
 from chainermn_rt.job_request import Request
 from chainermn_rt.plan import make_plan
+from chainermn_rt.quoting import sh_join
 from chainermn_rt.sandbox import scratch
 from chainermn_rt.sandbox.settings import sandbox_settings
 from chainermn_rt.site import load_site, resolve_site
@@ -135,10 +136,13 @@ def test_the_copy_step_runs_in_the_container_which_sees_the_scratch():
     site = replace(SANDBOX, container=replace(SANDBOX.container, binds=(SCRATCH + "/",)))
     plan = _plan(site, stage=(GOOD_SOURCE,), runtime="charliecloud", image="/img")
     assert plan.container.count("-b") == 1  # bound already
-    plan = _plan(stage=(GOOD_SOURCE,), runtime="pyxis", image="img.sqsh")
-    assert "--container-image=img.sqsh" in plan.stage.copy
-    assert f"--container-mounts={SCRATCH}:{SCRATCH}" in plan.stage.copy
-    assert "--container-image=img.sqsh" not in plan.stage.remove
+    plan = _plan(stage=(GOOD_SOURCE,), runtime="pyxis", image="/img.sqsh")
+    assert "--container-image=/img.sqsh" in plan.stage.copy
+    # the ranks' flags: the scratch and the job's folder mounted, the stage's variables kept
+    copy = sh_join(plan.stage.copy)
+    assert f'--container-mounts={SCRATCH}:{SCRATCH},"${{PWD}}"' in copy
+    assert "CHAINERMN_RT_STAGE_DIR,CHAINERMN_RT_STAGE_FROM,CHAINERMN_RT_STAGE_LIVE_JOBS" in copy
+    assert "--container-image=/img.sqsh" not in plan.stage.remove
     assert _plan(runtime="charliecloud", image="/img").container.count("-b") == 0
 
 

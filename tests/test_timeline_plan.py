@@ -52,7 +52,7 @@ def test_the_profiles_metrics_folder_reaches_the_ranks(tmp_path):
                                                image="/img"))
     assert boxed.container[boxed.container.index("/img") - 1] == \
         "/var/lib/node exporter/'x':/var/lib/node exporter/'x'"
-    for bad in ("relative/dir", "/var/$HOME"):
+    for bad in ("relative/dir", "/var/$HOME", "/var/a:b", "/var/a,b"):
         path.write_text(f'metrics_textfile_dir = "{bad}"\n{text}')
         with pytest.raises(UserError) as err:
             load_site(path)

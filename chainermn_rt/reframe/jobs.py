@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from chainermn_rt.errors import UserError
 from chainermn_rt.plan import Plan
-from chainermn_rt.quoting import directive, sh, sh_join
+from chainermn_rt.quoting import directive, sh, sh_join, sh_word
 from chainermn_rt.render import render
 from chainermn_rt.sbatch_options import SHAPE_OPTIONS, STOP_OPTIONS
 from chainermn_rt.slurm_rules import parse_time
@@ -74,7 +74,7 @@ def job_fields(plan: Plan) -> JobFields:
         num_tasks=plan.world_size, num_tasks_per_node=plan.tasks_per_node,
         num_cpus_per_task=plan.cpus_per_task, gpus_per_node=plan.gpus_per_node,
         time_limit=f"{parse_time(dict(plan.sbatch)['time'], 'time')}s",
-        launcher_options=tuple(sh(option, "the srun options") for option in plan.launch[1:]),
+        launcher_options=tuple(sh_word(option, "the srun options") for option in plan.launch[1:]),
         executable=sh_join([*plan.container, *plan.rank_step, *plan.command], "the command"),
         env_vars={name: sh(value, name) for name, value in plan.environment},
         options=tuple(f"--{key}" if value is None else f"--{key}={directive(value)}"

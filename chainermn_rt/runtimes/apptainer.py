@@ -39,7 +39,8 @@ class Apptainer(Runtime):
                             f"flags that keep it ({self.name} passes the caller's environment "
                             "by default)")
 
-    def step(self, c: Container, image: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def step(self, c: Container, image: str | None, exported: tuple[str, ...] = ()
+             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         argv = [self.name, "exec", "--nv"]
         for b in c.binds:
             argv += ["--bind", b]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from chainermn_rt.quoting import Expanding
+
 
 @dataclass(frozen=True)
 class Container:
@@ -61,8 +63,14 @@ class Runtime:
         """UserError (one line, naming ``field`` or the profile's key) for an image or flags
         this runtime cannot run the job's ranks with; ``gpus``: the ranks use GPUs."""
 
-    def step(self, c: Container, image: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(argv before the rank step's command, extra srun flags)."""
+    def check_job_folder(self, folder: str, field: str) -> None:
+        """UserError naming ``field`` for a job's folder the runtime cannot run the job in
+        (``submit`` checks the folder it submits from)."""
+
+    def step(self, c: Container, image: str | None, exported: tuple[str, ...] = ()
+             ) -> tuple[tuple[str, ...], tuple[str | Expanding, ...]]:
+        """(argv before the rank step's command, extra srun flags); ``exported``: the names
+        of the variables the job script exports."""
         return (), ()
 
     def bind(self, c: Container, folders: Iterable[str], spelled: str = "{0}:{0}",

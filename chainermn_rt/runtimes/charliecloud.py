@@ -29,7 +29,8 @@ class Charliecloud(Runtime):
                     return None
         return None
 
-    def step(self, c: Container, image: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def step(self, c: Container, image: str | None, exported: tuple[str, ...] = ()
+             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         argv = ["ch-run", "--set-env"]
         for b in c.binds:
             argv += ["-b", b]

@@ -1,10 +1,12 @@
 """What a sandbox whose profile runs pyxis adds to its nodes, as a site's nodes have it.
 
 - ``STATE/etc/plugstack.conf``: ``required TOOLS/lib/slurm/spank_pyxis.so runtime_path=LOCAL/pyxis
-  use_squashfuse=true`` (slurm.conf's ``PlugStackConfig``: slurmd and the client commands load
-  it). pyxis makes its runtime folder, whose parent must exist, when slurmd starts: node-local
-  here. With squashfuse (each node's /dev/fuse open to every user, as on a Debian host) enroot
-  runs the image mounted, not a copy unpacked for every step.
+  use_squashfuse=true container_scope=job`` (slurm.conf's ``PlugStackConfig``: slurmd and the
+  client commands load it). pyxis makes its runtime folder, whose parent must exist, when
+  slurmd starts: node-local here. With squashfuse (each node's /dev/fuse open to every user, as
+  on a Debian host) enroot runs the image mounted, not a copy unpacked for every step. With
+  ``container_scope=job`` a named container belongs to its job, and pyxis's job epilog removes
+  it on every node however the job ended (pyxis's default, ``global``, keeps it).
 - ``STATE/etc/enroot``: enroot's configuration folder as sites keep it (the install's hooks,
   mounts and environment, ``50-slurm-pmi.sh`` enabled), bound over the install's ``etc/enroot``
   in each node's mount namespace (enroot reads the folder it was built with). Its
@@ -14,7 +16,11 @@
   On the debian13 stack there is no TaskProlog: Slurm 24.11 runs it through slurmstepd, which
   would have to be in the container with its libraries and a glibc as new as the nodes'
   (NVIDIA/pyxis#163); the profile sets what it exported (``socket_ifname``).
-- enroot on slurmd's PATH (pyxis runs it with slurmstepd's PATH and nothing else of its own).
+- enroot on slurmd's PATH (pyxis runs it with slurmstepd's PATH and nothing else of its own),
+  and in ``/usr/local/bin`` of each node's mount namespace (an overlay over the host's, a bind
+  over the root's empty one): pyxis's job epilog runs ``enroot list`` with
+  ``PATH=/usr/local/bin:/usr/bin:/bin`` (without it, "pyxis: epilog: couldn't get list of
+  existing containers" after every job, and Slurm drains the nodes: "Epilog error").
 - slurm.conf's ``SlurmdSpoolDir`` and ``TmpFS`` on the node's scratch (``LOCAL/slurm/...``), not
   ``STATE/spool/%n``: enroot's PMI hook reads them from ``scontrol show config``, ``%n``
   unexpanded, and mounts PMIx's folders below them into the container.
@@ -25,7 +31,7 @@
 >>> t = pyxis_build.Tools(Path("/t"))
 >>> print(plugstack(s, t), end="")
 required /t/lib/slurm/spank_pyxis.so runtime_path=/tmp/chainermn-rt-sandbox-scratch/pyxis \
-use_squashfuse=true
+use_squashfuse=true container_scope=job
 >>> print(enroot_conf(s).splitlines()[-1])
 ENROOT_DATA_PATH /tmp/chainermn-rt-sandbox-scratch/enroot/data/user-${UID}
 """
@@ -50,6 +56,8 @@ SLURM_FOLDERS = {"spool": 0o755, "tmp": 0o1777}  # LOCAL/slurm/...: SlurmdSpoolD
 PER_USER = {"ENROOT_RUNTIME_PATH": "runtime", "ENROOT_CACHE_PATH": "cache",
             "ENROOT_DATA_PATH": "data"}
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+EPILOG_BIN = Path("/usr/local/bin")  # the first folder of the PATH of pyxis's job epilog
+OVERLAY = 'mount -t overlay overlay -o "lowerdir=$0:$1" "$1" && shift && exec "$@"'
 
 
 def local(s: SandboxSettings) -> str:
@@ -64,9 +72,11 @@ def local(s: SandboxSettings) -> str:
 
 def plugstack(s: SandboxSettings, tools: pyxis_build.Tools) -> str:
     """pyxis's line; ``use_squashfuse``: enroot starts a container on the image mounted by
-    squashfuse, not on a copy unpacked for each step (12 s a step for the cpu image here)."""
+    squashfuse, not on a copy unpacked for each step (12 s a step for the cpu image here);
+    ``container_scope=job``: the job's named containers are its own, removed when it ends."""
     return (f"required {word(str(tools.plugin), 'the pyxis plugin')} "
-            f"runtime_path={word(local(s) + '/pyxis', 'local_scratch')} use_squashfuse=true\n")
+            f"runtime_path={word(local(s) + '/pyxis', 'local_scratch')} use_squashfuse=true "
+            "container_scope=job\n")
 
 
 def enroot_conf(s: SandboxSettings) -> str:
@@ -148,6 +158,12 @@ def node_binds(s: SandboxSettings, tools: pyxis_build.Tools, fuse: Path | None
     the host's is 0600 here, a Debian host's 0666), over /dev/fuse."""
     return [(s.state_dir / ENROOT_ETC, tools.sysconf),
             *([(fuse, Path("/dev/fuse"))] if fuse is not None else [])]
+
+
+def epilog_overlay(tools: pyxis_build.Tools) -> list[str]:
+    """Before slurmd on the host's stack, inside the node's mount namespace: enroot's folder
+    laid over the host's /usr/local/bin (whose programs stay), where the job epilog finds it."""
+    return ["sh", "-c", OVERLAY, str(tools.bin), str(EPILOG_BIN)]
 
 
 def node_env(tools: pyxis_build.Tools) -> list[str]:

@@ -94,7 +94,7 @@ class Launcher:
     def node(self, node: str) -> list[str]:
         """A node's slurmd: the node's network, UTS and mount namespaces, its hostname, the
         sandbox's /etc/hosts, the node's own scratch at every ``local_scratch`` path; with
-        ``tools``, the sandbox's enroot configuration and enroot on PATH."""
+        ``tools``, the sandbox's enroot configuration, enroot on PATH and in /usr/local/bin."""
         s = self.settings
         net = ["nsenter", f"--net={netns.path(s.netns(node))}"]
         fuse = s.state_dir / FUSE if (s.state_dir / FUSE).exists() else None
@@ -104,6 +104,8 @@ class Launcher:
         if not self.in_root:
             mounts = [w for source, target in binds
                       for w in ("sh", "-c", scratch.MOUNT_ONE, str(source), str(target))]
+            if self.tools:
+                mounts += pyxis.epilog_overlay(self.tools)
             return [*net, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
                     MOUNT_HOSTS, node, str(self.hosts()), *scratch.mount_argv(s, node),
                     *mounts, *env]
@@ -111,6 +113,8 @@ class Launcher:
         if (s.state_dir / FUSE).exists():
             extra.append((s.state_dir / FUSE, "/dev/fuse"))
         extra += [(scratch.node_folder(s, node), path) for path in s.scratch]
+        if self.tools:  # the root's /usr/local/bin is empty
+            extra.append((self.tools.bin, pyxis.EPILOG_BIN))
         return [*net, *self._enter([*extra, *binds], node), *env]
 
     def slurmdbd_env(self) -> list[str]:

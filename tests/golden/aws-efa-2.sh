@@ -45,7 +45,7 @@ on_stop_signal() {
 trap on_stop_signal USR2
 
 # One rank per GPU; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
-srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 --container-image=/fsx/images/chainermn-rt+gpu.sqsh --container-mounts=/fsx:/fsx,/opt/amazon/openmpi/lib64:/opt/amazon/openmpi/lib64,/opt/amazon/efa/lib64:/opt/amazon/efa/lib64,/opt/amazon/ofi-nccl/lib:/opt/amazon/ofi-nccl/lib \
+srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 --container-image=/fsx/images/chainermn-rt+gpu.sqsh --container-mounts=/fsx:/fsx,/opt/amazon/openmpi/lib64:/opt/amazon/openmpi/lib64,/opt/amazon/efa/lib64:/opt/amazon/efa/lib64,/opt/amazon/ofi-nccl/lib:/opt/amazon/ofi-nccl/lib,"${PWD}" --container-workdir="${PWD}" --container-env=OMPI_MCA_pml,OMPI_MCA_mtl,FI_EFA_USE_DEVICE_RDMA,NCCL_PROTO,MPI4PY_MPIABI,MPI4PY_LIBMPI,FI_PROVIDER,NCCL_NET_PLUGIN,NCCL_NET,CHAINERMN_RT_HOST_LIBS,CHAINERMN_RT_SLOTS,CHAINERMN_RT_STOP_FILE --no-container-mount-home \
   python3 -m chainermn_rt rank -- \
   python3 train_imagenet.py --epoch 90 &
 step=$!

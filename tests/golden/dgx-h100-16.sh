@@ -46,7 +46,7 @@ on_stop_signal() {
 trap on_stop_signal USR2
 
 # One rank per GPU; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
-srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 --container-image=/lustre/images/chainermn-rt+gpu.sqsh --container-mounts=/lustre:/lustre \
+srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 --container-image=/lustre/images/chainermn-rt+gpu.sqsh --container-mounts=/lustre:/lustre,"${PWD}" --container-workdir="${PWD}" --container-env=OMPI_MCA_pml,OMPI_MCA_btl,UCX_TLS,NCCL_NET_GDR_LEVEL,NCCL_CROSS_NIC,NCCL_SOCKET_IFNAME,OMPI_MCA_btl_tcp_if_include,OMPI_MCA_oob_tcp_if_include,NCCL_DEBUG,CHAINERMN_RT_SLOTS,CHAINERMN_RT_STOP_FILE --no-container-mount-home \
   python3 -m chainermn_rt rank -- \
   python3 train_imagenet.py --epoch 90 &
 step=$!

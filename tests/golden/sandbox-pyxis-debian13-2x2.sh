@@ -44,7 +44,7 @@ on_stop_signal() {
 trap on_stop_signal USR2
 
 # One rank per slot; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
-srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 --container-image=/var/tmp/chainermn-rt-cpu.sqfs --container-mounts=/tmp:/tmp \
+srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 --container-image=/var/tmp/chainermn-rt-cpu.sqfs --container-mounts=/tmp:/tmp,"${PWD}" --container-workdir="${PWD}" --container-env=OMPI_MCA_pml,OMPI_MCA_btl,OMPI_MCA_mpi_yield_when_idle,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,PMIX_MCA_gds,NCCL_SOCKET_IFNAME,OMPI_MCA_btl_tcp_if_include,OMPI_MCA_oob_tcp_if_include,CHAINERMN_RT_SLOTS,CHAINERMN_RT_STOP_FILE --no-container-mount-home \
   python3 -m chainermn_rt rank -- \
   python3 /tmp/chainermn-rt/examples/train_mnist.py &
 step=$!
