@@ -4,11 +4,14 @@ Slurm's pmi2 plugin) against Open MPI 4.1 (the image's MPI in the hybrid model; 
 host's, started by Slurm's PMIx plugin). Each try is one srun step of 2 nodes x 2 ranks of
 the checkout's venv, the two kinds interleaved: the step's wall time seen from here, the
 slowest rank's ``MPI_Init`` (importing mpi4py.MPI), and a 1 MiB and a 16 MiB ``Allreduce``
-(median of 20 after 5 warm-ups), by ``--mpi`` name. Bare metal: what differs is the MPI and
-its PMI, not the container (the charliecloud and SIF runs are in tests/test_host_mpi_sandbox.py).
+(median of 20 after 5 warm-ups), by ``--mpi`` name.
 
-Run: ``python -m bench.host_mpi [--tries 7]`` with the sandbox up (``make sandbox-up``);
-prints a table and one JSON line.
+With ``--image DIR`` (the cpu image as a Charliecloud folder) the same in the image through
+ch-run: the hybrid model (the image's Open MPI, pmix) and the bind model (MPICH's folder bound
+into it, pmi2).
+
+Run: ``python -m bench.host_mpi [--tries 7] [--image build/images/chainermn-rt-cpu]`` with the
+sandbox up (``make sandbox-up``); prints a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -43,20 +46,33 @@ for n in (1 << 18, 1 << 22):  # float32: 1 MiB, 16 MiB
 if c.rank == 0:
     print(json.dumps(out), flush=True)
 """
+BOUND = {"MPI4PY_MPIABI": "mpich", "MPI4PY_LIBMPI": str(MPICH),
+         "LD_LIBRARY_PATH": str(MPICH.parent), "FI_PROVIDER": "tcp"}
+# (srun flags, variables, in the image): bare metal, the venv's mpi4py; with --image, also
+# the hybrid model (the image's own Open MPI) and the bind model (MPICH bound into the image)
 KINDS = {
-    "openmpi": (["--mpi=pmix"], {}),
-    "mpich": (["--mpi=pmi2"], {"MPI4PY_MPIABI": "mpich", "MPI4PY_LIBMPI": str(MPICH),
-                               "LD_LIBRARY_PATH": str(MPICH.parent), "FI_PROVIDER": "tcp"}),
+    "openmpi": (["--mpi=pmix"], {}, False),
+    "mpich": (["--mpi=pmi2"], BOUND, False),
+    "openmpi-image": (["--mpi=pmix"], {}, True),
+    "mpich-bound": (["--mpi=pmi2"], BOUND, True),
 }
 
 
-def one(sandbox: Sandbox, kind: str) -> dict:
-    """One try; both kinds with the sandbox profile's [environment] (Open MPI's ob1 over tcp
-    and vader, ranks yielding their core), which MPICH ignores."""
-    flags, env = KINDS[kind]
+def one(sandbox: Sandbox, kind: str, image: Path | None) -> dict:
+    """One try; every kind with the sandbox profile's [environment] (Open MPI's ob1 over tcp
+    and vader, ranks yielding their core), which MPICH ignores. In the image: ch-run with the
+    state folder (Slurm's PMIx folders) and MPICH's folder bound at their own paths."""
+    flags, env, contained = KINDS[kind]
     env = {**sandbox.site.environment, **env}
-    argv = ["srun", "-N2", "-n4", "--ntasks-per-node=2", *flags, "env",
-            *(f"{k}={v}" for k, v in env.items()), sys.executable, "-c", PROBE]
+    python = [sys.executable]
+    if contained:
+        binds = [str(sandbox.state_dir), str(MPICH.parent)]
+        for path in binds:
+            (image / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        python = ["ch-run", "--set-env", *(x for b in binds for x in ("-b", b)), str(image),
+                  "--", "python3"]
+    argv = ["srun", "-N2", "-n4", "--ntasks-per-node=2", *flags, "env", "USER=root",
+            *(f"{k}={v}" for k, v in env.items()), *python, "-c", PROBE]
     started = time.monotonic()
     done = sandbox.slurm.run(argv, timeout=300, cwd=sandbox.state_dir / "jobs")
     wall = time.monotonic() - started
@@ -70,25 +86,31 @@ def one(sandbox: Sandbox, kind: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tries", type=int, default=7)
+    parser.add_argument("--image", type=Path, help="the cpu image as a Charliecloud folder "
+                        "(build/images/chainermn-rt-cpu): also the kinds in the image")
     args = parser.parse_args()
+    kinds = [k for k, (_, _, contained) in KINDS.items() if args.image or not contained]
     if not MPICH.is_file():
         raise SystemExit(f"host_mpi: {MPICH} is missing: make setup installs it")
     sandbox = Sandbox.from_profile()
     if not sandbox.status().up:
         raise SystemExit("host_mpi: the sandbox is down: make sandbox-up")
-    runs: dict[str, list[dict]] = {k: [] for k in KINDS}
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
     for _ in range(args.tries):
-        for kind in KINDS:
-            runs[kind].append(one(sandbox, kind))
+        for kind in kinds:
+            runs[kind].append(one(sandbox, kind, args.image))
     keys = ("step_s", "init_s", "allreduce_1MiB_ms", "allreduce_16MiB_ms")
     medians = {k: {key: statistics.median(r[key] for r in rs) for key in keys}
                for k, rs in runs.items()}
-    print(f"{'':10}" + "".join(f"{key:>20}" for key in keys))
+    print(f"{'':26}" + "".join(f"{key:>20}" for key in keys))
     for kind, m in medians.items():
-        print(f"{kind:10}" + "".join(f"{m[key]:20.3f}" for key in keys))
-    ratios = {key: medians["mpich"][key] / medians["openmpi"][key] for key in keys}
-    print(f"{'mpich/ompi':10}" + "".join(f"{ratios[key]:20.2f}" for key in keys))
-    print(json.dumps({"tries": args.tries, "medians": medians, "mpich_over_openmpi": ratios,
+        print(f"{kind:26}" + "".join(f"{m[key]:20.3f}" for key in keys))
+    pairs = [("mpich", "openmpi")] + ([("mpich-bound", "openmpi-image")] if args.image else [])
+    ratios = {f"{a}/{b}": {key: medians[a][key] / medians[b][key] for key in keys}
+              for a, b in pairs}
+    for name, r in ratios.items():
+        print(f"{name:26}" + "".join(f"{r[key]:20.2f}" for key in keys))
+    print(json.dumps({"tries": args.tries, "medians": medians, "ratios": ratios,
                       "mpi": {k: rs[0]["mpi"] for k, rs in runs.items()}}))
     return 0
 

@@ -208,17 +208,20 @@ def _fixed(value: str) -> str | None:
     return "/".join(parts[:fixed]) if fixed > 1 else None
 
 
-def pmix_folders(tmpfs: str | None, spool: str | None) -> tuple[str, ...]:
-    """The host folders holding what Slurm's PMIx plugin gives a step's ranks: the client's
-    temporary folder (``TmpFS/spmix_appdir_*``, where Open MPI makes its session folder) and
-    the server's (``SlurmdSpoolDir/pmix.JOB.STEP``). A container must see both; each is given
-    up to its first part that names the node (``%n``, ``%h``), the same path on every node.
+def pmix_folders(tmpfs: str | None) -> tuple[str, ...]:
+    """The host folder holding what Slurm's PMIx plugin gives a step's ranks: the client's
+    temporary folder (``TmpFS/spmix_appdir_*``, where Open MPI makes its session folder),
+    given up to its first part that names the node (``%n``, ``%h``), the same path on every
+    node. A container must see it: unbound, every rank of the image's Open MPI failed in
+    ``MPI_Init`` (``session_dir.c``). The server's folder (``SlurmdSpoolDir/pmix.JOB.STEP``)
+    is not bound: the images' PMIx clients reach the server over TCP without it (the sandbox's
+    jobs ran with it unbound), and a bind whose source a node lacks stops Apptainer.
 
-    >>> pmix_folders("/srv/sbx/tmp/%n", None)
-    ('/srv/sbx/tmp', '/var/spool/slurmd')
+    >>> pmix_folders("/srv/sbx/tmp/%n"), pmix_folders(None)
+    (('/srv/sbx/tmp',), ('/tmp',))
     """
-    found = (_fixed(tmpfs or DEFAULT_TMPFS), _fixed(spool or DEFAULT_SPOOL))
-    return tuple(dict.fromkeys(f for f in found if f))
+    found = _fixed(tmpfs or DEFAULT_TMPFS)
+    return (found,) if found else ()
 
 
 def step_folders(srun_mpi: str, tmpfs: str | None, spool: str | None) -> tuple[str, ...]:
@@ -230,7 +233,7 @@ def step_folders(srun_mpi: str, tmpfs: str | None, spool: str | None) -> tuple[s
     (('/var/spool/slurmd',), ())
     """
     if srun_mpi.startswith("pmix"):
-        return pmix_folders(tmpfs, spool)
+        return pmix_folders(tmpfs)
     if srun_mpi == "cray_shasta":
         return tuple(f for f in (_fixed(spool or DEFAULT_SPOOL),) if f)
     return ()

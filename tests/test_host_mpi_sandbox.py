@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from fixtures_docker import charliecloud_site
@@ -71,17 +72,27 @@ def test_mpich_under_pmix_is_refused_before_submitting(sandbox, mpich_site, tmp_
                            "with mpi.family = \"mpich\": pmi2 | cray_shasta\n")
 
 
+def _site_mpich(which: str, folder: Path) -> tuple[Path, str, str]:
+    """A site's MPICH laid out in ``folder``: (the library the profile names, the file the
+    ranks map, what MPI says it is). ``debian``: Debian 12's MPICH 4.0.2 (ch4:ucx) and the
+    ``libmpi.so.12`` name mpi4py's mpich back-end links; ``wheel``: MPICH's wheel (ch4:ofi, its
+    libfabric and UCX beside it)."""
+    if which == "debian":
+        folder.mkdir()
+        shutil.copy2("/usr/lib/x86_64-linux-gnu/libmpich.so.12", folder / "libmpich.so.12")
+        (folder / "libmpi.so.12").symlink_to("libmpich.so.12")
+        return folder / "libmpi.so.12", str(folder / "libmpich.so.12"), "MPICH Version:\t4.0.2"
+    shutil.copytree(MPICH.parent, folder, symlinks=True, ignore=shutil.ignore_patterns("python*"))
+    return folder / "libmpi.so.12", str(folder / "libmpi.so.12"), "MPICH Version:      5.0.2"
+
+
 @pytest.mark.docker  # the cpu image as a Charliecloud folder
-def test_debians_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_path):
-    """Issue 42's bind model in a container on the Debian 12 stack: Debian 12's MPICH 4.0.2
-    (ch4:ucx) laid out as a site lays out its MPI (a folder with the library and the
-    ``libmpi.so.12`` name mpi4py's mpich back-end links), bound into the cpu image by ch-run,
-    the image's mpi4py choosing it (MPI4PY_MPIABI), Slurm's pmi2 plugin starting the ranks:
-    one world of 4 over 2 nodes, then MNIST."""
-    folder = tmp_path / "site-mpich"
-    folder.mkdir()
-    shutil.copy2("/usr/lib/x86_64-linux-gnu/libmpich.so.12", folder / "libmpich.so.12")
-    (folder / "libmpi.so.12").symlink_to("libmpich.so.12")
+@pytest.mark.parametrize("which", ["debian", "wheel"])
+def test_a_sites_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_path, which):
+    """Issue 42's bind model in a container on the Debian 12 stack: a site's MPICH bound into
+    the cpu image by ch-run, the image's mpi4py choosing it (MPI4PY_MPIABI), Slurm's pmi2
+    plugin starting the ranks: one world of 4 over 2 nodes; then MNIST on Debian's."""
+    library, mapped, version = _site_mpich(which, tmp_path / "site-mpich")
     shutil.copy2(REPO / "tests/programs/report_mpi.py", tmp_path / "report_mpi.py")
     site = charliecloud_site(sandbox, charliecloud_dir, tmp_path)  # binds tmp_path
     text = site.read_text()
@@ -93,7 +104,9 @@ def test_debians_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_p
                         'UCX_TLS = "^cma"\n')
     site.write_text(text.replace('srun_mpi = "pmix"', 'srun_mpi = "pmi2"')
                     + f'\n[mpi]\nmodel = "bind"\nfamily = "mpich"\n'
-                    f'library = "{folder / "libmpi.so.12"}"\npaths = ["{folder}"]\n')
+                    f'library = "{library}"\npaths = ["{library.parent}"]\n'
+                    + ('\n[fabric]\nkind = "ofi"\nprovider = "tcp"\n' if which == "wheel"
+                       else ""))
     env = {**sandbox.env(), "USER": "root"}  # ch-run wants $USER
 
     def submit(name, *command):
@@ -111,8 +124,9 @@ def test_debians_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_p
     ranks = sorted(json_objects(log), key=lambda r: r["rank"])
     assert [(r["rank"], r["size"]) for r in ranks] == [(i, 4) for i in range(4)], log
     assert {(r["mpi"], r["libmpi"], r["os"]) for r in ranks} == {
-        ("MPICH Version:\t4.0.2", str(folder / "libmpich.so.12"),
-         "Debian GNU/Linux 12 (bookworm)")}, log
+        (version, mapped, "Debian GNU/Linux 12 (bookworm)")}, log
+    if which == "wheel":
+        return
     log = submit("mnist", "/mnt/train_mnist.py", "--n-train", "2000", "--n-test", "200",
                  "--unit", "50", "--iterations", "20", "--log-every", "10", "--no-progress",
                  "--out", str(tmp_path / "mnist-result"))

@@ -349,8 +349,7 @@ def test_the_hybrid_model_at_2x8_ranks(jobs, shared_sif):
     env = " ".join(f"{k}={v}" for k, v in load_site(resolve_site(SITE)).environment.items())
     user = load_pins().user
     settings = jobs.sb.settings
-    binds = " ".join(f"--bind {f}" for f in (jobs.tree.parent, *pmix_folders(
-        settings.tmpfs, settings.spool_dir)))
+    binds = " ".join(f"--bind {f}" for f in (jobs.tree.parent, *pmix_folders(settings.tmpfs)))
     job = submit_text(jobs.sb, f"#!/bin/sh\nexport {env}\nsrun --mpi=pmix --ntasks=16 "
                                f"--ntasks-per-node=8 --overcommit apptainer exec {binds} "
                                f"{shared_sif} python3 {program}\n",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pwd
 import re
 import secrets
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from chainermn_rt.sandbox import Sandbox
 from chainermn_rt.sandbox.root import load_pins
 from chainermn_rt.sandbox.settings import HOST_USER, STATE_VAR
-from chainermn_rt.site import load_site, resolve_site
+from chainermn_rt.site import resolve_site
 
 from conftest import PYTHON, json_objects
 from fixtures_sandbox import user_folder, user_tree
@@ -33,14 +34,16 @@ DIGEST = re.compile(r"^rank (\d) parameters sha256 (\w+)$", re.MULTILINE)
 def jobs_as_user(sb: Sandbox, site: str, user: str, image: Path) -> dict:
     """A pyxis profile as an unprivileged user (``[sbatch] uid/gid``), copies of examples/ and
     tests/programs/ it may read (below /tmp: the containers see them), and the arguments that
-    name the suite's SquashFS where it is not the profile's default."""
+    name a copy of the suite's SquashFS the user may read (the checkout may be private)."""
     tree = user_tree(sb)
     profile = user_folder(sb, "profile") / "as-user.toml"
     profile.write_text(resolve_site(site).read_text()
                        + f'\n[sbatch]\nuid = "{user}"\ngid = "{user}"\n')
-    default = load_site(resolve_site(site)).container.image
-    return {"sb": sb, "tree": tree, "profile": profile,
-            "image": [] if Path(default) == image else ["--image", str(image)]}
+    shared = user_folder(sb, "images") / image.name
+    if not shared.exists():
+        shutil.copyfile(image, shared)
+        shared.chmod(0o644)
+    return {"sb": sb, "tree": tree, "profile": profile, "image": ["--image", str(shared)]}
 
 
 @pytest.fixture(scope="module")

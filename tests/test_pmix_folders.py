@@ -28,11 +28,11 @@ def _binds(**fields) -> list[str]:
 
 
 @pytest.mark.parametrize("fields, added", [
-    ({}, ["/var/spool/slurmd"]),  # Slurm's defaults: /tmp is Apptainer's own
-    ({"slurm_tmpfs": "/local/%n/tmp", "slurmd_spool_dir": "/var/spool/slurm/%n"},
-     ["/local", "/var/spool/slurm"]),
-    ({"slurm_tmpfs": "/var/tmp/slurm", "slurmd_spool_dir": "/scratch/spool"}, []),
-    ({"slurm_tmpfs": "/%n", "slurmd_spool_dir": "/scratch/%h"}, []),  # never / itself
+    ({}, []),  # Slurm's default TmpFS, /tmp, is Apptainer's own
+    ({"slurm_tmpfs": "/local/%n/tmp", "slurmd_spool_dir": "/var/spool/slurm/%n"}, ["/local"]),
+    ({"slurm_tmpfs": "/var/tmp/slurm"}, []),
+    ({"slurm_tmpfs": "/scratch/tmp/%n"}, []),  # a bind of the profile holds it
+    ({"slurm_tmpfs": "/%n"}, []),  # never / itself
 ])
 def test_the_pmix_folders_are_bound_where_the_container_would_not_see_them(fields, added):
     assert _binds(**fields) == ["/scratch", "/datasets:/datasets:ro", *added]
@@ -40,9 +40,11 @@ def test_the_pmix_folders_are_bound_where_the_container_would_not_see_them(field
 
 def test_not_for_mpirun_nor_another_pmi():
     site = load_site(QUAD)
+    site = replace(site, slurm_tmpfs="/local/%n")
+    assert "/local" in make_plan(site, Request(nodes=1, command=("x",))).container
     for changed in (replace(site, launcher="mpirun"), replace(site, srun_mpi="pmi2")):
         argv = make_plan(changed, Request(nodes=1, command=("x",))).container
-        assert "/var/spool/slurmd" not in argv
+        assert "/local" not in argv
 
 
 @pytest.mark.parametrize("key, bad", [("slurm_tmpfs", "tmp"), ("slurmd_spool_dir", "/a b"),

@@ -23,7 +23,9 @@ from conftest import REPO
 SITE = "sandbox-dgx"
 # what cannot pass on fake GPUs, and why; every other check must pass
 NOT_APPLICABLE = {"allreduce-gpu": "no rank has a CUDA GPU (CuPy)",
-                  "bandwidth": "the site profile gives no [checks] allreduce_busbw_gbps"}
+                  "bandwidth": "the site profile gives no [checks] allreduce_busbw_gbps",
+                  "fabric": "the profile states no [fabric]",
+                  "nccl-plugin": "the profile names no NCCL net plugin"}
 
 
 def _cli(sb, cwd, *args) -> subprocess.CompletedProcess:

@@ -10,8 +10,9 @@ Debian 12's libslurm-dev (Slurm 22.05); ``debian13`` inside the Debian 13 root, 
 Slurm 24.11 and glibc 2.41. A SPANK plugin built against another Slurm release is refused
 ("Incompatible plugin version").
 
-Installed as the Debian 13 root is cached (root.py): in ``$CHAINERMN_RT_TOOLS``, else the
-checkout's ``build/tools`` (not ``~/.cache``: job users run enroot from it, and /root is 0700),
+Installed as the Debian 13 root is cached (root.py): in ``$CHAINERMN_RT_TOOLS``, else
+:data:`TOOLS_DIR`, a folder of this machine every user may enter (the nodes' slurmd loads pyxis
+from it and job users run enroot from it: not a checkout or a home, which may be 0700),
 in ``STACK-KEY`` (KEY: a hash of the pins, the build's revision and the Slurm release), built in
 a temporary folder beside it and renamed into place, with a stamp naming the versions. A failed
 build leaves nothing but its log; a second :func:`ensure` finds the stamp and does nothing.
@@ -131,14 +132,15 @@ class Tools:
             return {}
 
 
+# where make setup installs enroot and pyxis for the sandbox's nodes (``CACHE_VAR`` overrides)
+TOOLS_DIR = Path("/var/lib/chainermn-rt/tools")
+
+
 def cache_dir() -> Path:
+    """``$CHAINERMN_RT_TOOLS``, else :data:`TOOLS_DIR`."""
     if os.environ.get(CACHE_VAR):
         return Path(os.environ[CACHE_VAR]).absolute()
-    top = checkout()
-    if top is not None:
-        return top / "build" / "tools"
-    cache_home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache_home) / "chainermn-rt" / "tools"
+    return TOOLS_DIR
 
 
 @dataclass(frozen=True)

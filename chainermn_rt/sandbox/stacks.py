@@ -113,8 +113,8 @@ class Launcher:
         if (s.state_dir / FUSE).exists():
             extra.append((s.state_dir / FUSE, "/dev/fuse"))
         extra += [(scratch.node_folder(s, node), path) for path in s.scratch]
-        if self.tools:  # the root's /usr/local/bin is empty
-            extra.append((self.tools.bin, pyxis.EPILOG_BIN))
+        if self.tools:  # enroot and pyxis where the host has them; the root's /usr/local/bin
+            extra += [self.tools.folder, (self.tools.bin, pyxis.EPILOG_BIN)]  # is empty
         return [*net, *self._enter([*extra, *binds], node), *env]
 
     def slurmdbd_env(self) -> list[str]:

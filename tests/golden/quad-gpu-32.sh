@@ -52,7 +52,7 @@ trap on_stop_signal USR2
 
 # One rank per GPU; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
 srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 \
-  apptainer exec --nv --bind /scratch --bind /datasets:/datasets:ro --bind /var/spool/slurmd /shared/images/chainermn-rt_gpu.sif \
+  apptainer exec --nv --bind /scratch --bind /datasets:/datasets:ro /shared/images/chainermn-rt_gpu.sif \
   python3 -m chainermn_rt rank -- \
   python3 train_imagenet.py --epoch 90 &
 step=$!

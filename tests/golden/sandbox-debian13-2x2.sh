@@ -41,7 +41,7 @@ trap on_stop_signal USR2
 
 # One rank per slot; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
 srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 \
-  apptainer exec --nv --bind /var/spool/slurmd /var/tmp/chainermn-rt-cpu.sif \
+  apptainer exec --nv /var/tmp/chainermn-rt-cpu.sif \
   python3 -m chainermn_rt rank -- \
   python3 /opt/chainermn_rt/examples/train_mnist.py &
 step=$!
