@@ -87,7 +87,7 @@ def _site_mpich(which: str, folder: Path) -> tuple[Path, str, str]:
 
 
 @pytest.mark.docker  # the cpu image as a Charliecloud folder
-@pytest.mark.parametrize("which", ["debian", "wheel"])
+@pytest.mark.parametrize("which", ["debian"])
 def test_a_sites_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_path, which):
     """Issue 42's bind model in a container on the Debian 12 stack: a site's MPICH bound into
     the cpu image by ch-run, the image's mpi4py choosing it (MPI4PY_MPIABI), Slurm's pmi2

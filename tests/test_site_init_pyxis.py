@@ -69,14 +69,6 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
     print(f"site check --live: {time.monotonic() - start:.1f} s")
     assert live.returncode == 0, live.stdout + live.stderr
     assert live.stdout.splitlines()[-1] == "live: matches the cluster", live.stdout
-    step = subprocess.run(
-        ["srun", "--partition=cpu", "-N2", "--ntasks-per-node=1", "--mpi=pmix", "--time=2",
-         f"--container-image={image}", "sh", "-c",
-         'echo "$(cat /etc/os-release) rank $SLURM_PROCID of $SLURM_NTASKS"'],
-        env=env, capture_output=True, text=True, timeout=300)
-    assert step.returncode == 0, step.stderr
-    assert sorted(step.stdout.splitlines()) == ["NAME=tiny rank 0 of 2",
-                                                "NAME=tiny rank 1 of 2"], step.stdout
     # node2's enroot cannot make this user's data folder (enroot.conf's ENROOT_DATA_PATH, a
     # file in its way there): one line naming the node, exit 3
     data = (scratch.node_folder(sandbox_pyxis.settings, "node2") / "enroot" / "data"
@@ -97,6 +89,14 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
                                     "enroot info failed: mkdir: "), broken.stderr
     assert f"enroot/data/user-{os.getuid()}" in broken.stderr, broken.stderr
     assert broken.stderr.count("\n") == 1, broken.stderr
+    step = subprocess.run(
+        ["srun", "--partition=cpu", "-N2", "--ntasks-per-node=1", "--mpi=pmix", "--time=2",
+         f"--container-image={image}", "sh", "-c",
+         'echo "$(cat /etc/os-release) rank $SLURM_PROCID of $SLURM_NTASKS"'],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert step.returncode == 0, step.stderr
+    assert sorted(step.stdout.splitlines()) == ["NAME=tiny rank 0 of 2",
+                                                "NAME=tiny rank 1 of 2"], step.stdout
 
 
 def _filled_in(text: str, image: Path) -> str:

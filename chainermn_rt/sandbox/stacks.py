@@ -63,6 +63,8 @@ class Launcher:
             found.append(bundle)
         if sys.base_prefix not in _SYSTEM and not sys.base_prefix.startswith("/usr/"):
             found.append(Path(sys.base_prefix))
+        if self.tools:  # enroot and pyxis, for slurmd and the client commands (plugstack.conf)
+            found.append(self.tools.folder)
         unique = sorted({p for p in found if p.is_dir()}, key=lambda p: len(p.parts))
         return list(unique)
 
@@ -113,8 +115,8 @@ class Launcher:
         if (s.state_dir / FUSE).exists():
             extra.append((s.state_dir / FUSE, "/dev/fuse"))
         extra += [(scratch.node_folder(s, node), path) for path in s.scratch]
-        if self.tools:  # enroot and pyxis where the host has them; the root's /usr/local/bin
-            extra += [self.tools.folder, (self.tools.bin, pyxis.EPILOG_BIN)]  # is empty
+        if self.tools:  # the root's /usr/local/bin is empty
+            extra.append((self.tools.bin, pyxis.EPILOG_BIN))
         return [*net, *self._enter([*extra, *binds], node), *env]
 
     def slurmdbd_env(self) -> list[str]:
