@@ -8,7 +8,8 @@ slowest rank's ``MPI_Init`` (importing mpi4py.MPI), and a 1 MiB and a 16 MiB ``A
 
 With ``--image DIR`` (the cpu image as a Charliecloud folder) the same in the image through
 ch-run: the hybrid model (the image's Open MPI, pmix) and the bind model (MPICH's folder bound
-into it, pmi2).
+into it, pmi2, with ``MPIR_CVAR_CH4_CMA_ENABLE=0``: a user namespace refuses MPICH's
+``process_vm_readv``), and ``mpich-no-cma``: that setting bare metal, what it costs alone.
 
 Run: ``python -m bench.host_mpi [--tries 7] [--image build/images/chainermn-rt-cpu]`` with the
 sandbox up (``make sandbox-up``); prints a table and one JSON line.
@@ -53,8 +54,11 @@ BOUND = {"MPI4PY_MPIABI": "mpich", "MPI4PY_LIBMPI": str(MPICH),
 KINDS = {
     "openmpi": (["--mpi=pmix"], {}, False),
     "mpich": (["--mpi=pmi2"], BOUND, False),
+    # bare metal without MPICH's CMA copy, as the bound kind must run: what that costs alone
+    "mpich-no-cma": (["--mpi=pmi2"], {**BOUND, "MPIR_CVAR_CH4_CMA_ENABLE": "0"}, False),
     "openmpi-image": (["--mpi=pmix"], {}, True),
-    "mpich-bound": (["--mpi=pmi2"], BOUND, True),
+    # a user namespace's ranks may not process_vm_readv each other: MPICH's CMA copy off
+    "mpich-bound": (["--mpi=pmi2"], {**BOUND, "MPIR_CVAR_CH4_CMA_ENABLE": "0"}, True),
 }
 
 
@@ -89,7 +93,9 @@ def main() -> int:
     parser.add_argument("--image", type=Path, help="the cpu image as a Charliecloud folder "
                         "(build/images/chainermn-rt-cpu): also the kinds in the image")
     args = parser.parse_args()
-    kinds = [k for k, (_, _, contained) in KINDS.items() if args.image or not contained]
+    args.image = args.image and args.image.resolve()  # srun runs from the state folder
+    kinds = [k for k, (_, _, contained) in KINDS.items()
+             if args.image or not (contained or k == "mpich-no-cma")]
     if not MPICH.is_file():
         raise SystemExit(f"host_mpi: {MPICH} is missing: make setup installs it")
     sandbox = Sandbox.from_profile()
@@ -105,7 +111,8 @@ def main() -> int:
     print(f"{'':26}" + "".join(f"{key:>20}" for key in keys))
     for kind, m in medians.items():
         print(f"{kind:26}" + "".join(f"{m[key]:20.3f}" for key in keys))
-    pairs = [("mpich", "openmpi")] + ([("mpich-bound", "openmpi-image")] if args.image else [])
+    pairs = [("mpich", "openmpi")] + ([("mpich-no-cma", "mpich"), ("openmpi-image", "openmpi"),
+                                        ("mpich-bound", "openmpi-image")] if args.image else [])
     ratios = {f"{a}/{b}": {key: medians[a][key] / medians[b][key] for key in keys}
               for a, b in pairs}
     for name, r in ratios.items():

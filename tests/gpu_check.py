@@ -17,6 +17,7 @@ install         the offline wheels; the environment's ``bin/`` (``mpirun``) firs
 stack           versions: Python, NumPy, MPI, CuPy, CUDA, NCCL, the GPU, PyTorch and cuDNN
 setup           ``chainermn_rt.setup()`` on one rank picks ``pure_nccl`` on GPU 0
 doctor          ``chainermn-rt doctor``: its MPI, NCCL, CuPy and cuDNN checks pass
+nccl-net        the network NCCL chooses on GPU 0 and its plugin lines (``n/a`` on the CPU)
 mpi             ``mpirun -np 2`` of the rank programs the GPU tests use, on the CPU
 gpu-tests       the GPU-marked tests: exactly ``GPU_TESTS`` pass (a skip is a failure)
 chainer-step    ResNet-50 steps in Chainer (CuPy 14 without cuDNN), images/s after warm-up
@@ -397,6 +398,16 @@ def dali_loader(run: Run, timeout: float) -> str:
             f"{found['validation_images']} validation images once")
 
 
+def nccl_net(run: Run, timeout: float) -> str:
+    if not run.gpu:
+        raise NotApplicable("no GPU: NCCL chooses its network when a communicator starts")
+    found = last_json(run.python("tests/programs/nccl_net.py", timeout=timeout).stdout)
+    run.rates["nccl_net"] = found
+    expect(found["network"], f"NCCL logged no network: {found}")
+    plugin = "; ".join(found["plugin_lines"]) or "no plugin lines"
+    return f"NCCL {found['nccl']} chose {', '.join(found['network'])} ({plugin})"
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -409,6 +420,7 @@ STEPS = (
     Step("stack", 30, stack),
     Step("setup", 30, setup_one_rank),
     Step("doctor", 30, doctor),
+    Step("nccl-net", 30, nccl_net),
     Step("mpi", 60, mpi_two_ranks),
     Step("gpu-tests", 120, gpu_tests),
     Step("chainer-step", 90, chainer_step),

@@ -87,11 +87,12 @@ def _site_mpich(which: str, folder: Path) -> tuple[Path, str, str]:
 
 
 @pytest.mark.docker  # the cpu image as a Charliecloud folder
-@pytest.mark.parametrize("which", ["debian"])
+@pytest.mark.parametrize("which", ["debian", "wheel"])
 def test_a_sites_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_path, which):
     """Issue 42's bind model in a container on the Debian 12 stack: a site's MPICH bound into
     the cpu image by ch-run, the image's mpi4py choosing it (MPI4PY_MPIABI), Slurm's pmi2
-    plugin starting the ranks: one world of 4 over 2 nodes; then MNIST on Debian's."""
+    plugin starting the ranks: one world of 4 over 2 nodes (Debian 12's MPICH, and MPICH's
+    wheel over libfabric's tcp); then MNIST on Debian's."""
     library, mapped, version = _site_mpich(which, tmp_path / "site-mpich")
     shutil.copy2(REPO / "tests/programs/report_mpi.py", tmp_path / "report_mpi.py")
     site = charliecloud_site(sandbox, charliecloud_dir, tmp_path)  # binds tmp_path
@@ -101,7 +102,9 @@ def test_a_sites_mpich_bound_into_the_cpu_image(sandbox, charliecloud_dir, tmp_p
     # ("Shared memory error" at MPI_Init), and no cross-memory attach (process_vm_readv
     # refused in the first large Bcast)
     text = text.replace("[environment]\n", '[environment]\nUCX_POSIX_USE_PROC_LINK = "n"\n'
-                        'UCX_TLS = "^cma"\n')
+                        'UCX_TLS = "^cma"\n'
+                        # MPICH's own shared-memory copy: the same process_vm_readv
+                        + ('MPIR_CVAR_CH4_CMA_ENABLE = "0"\n' if which == "wheel" else ""))
     site.write_text(text.replace('srun_mpi = "pmix"', 'srun_mpi = "pmi2"')
                     + f'\n[mpi]\nmodel = "bind"\nfamily = "mpich"\n'
                     f'library = "{library}"\npaths = ["{library.parent}"]\n'

@@ -6,6 +6,9 @@ silent fallback to TCP is what these catch: a provider or a plugin missing on a 
 
 >>> ucx_transports("#      Transport: tcp\\n#      Transport: rc_mlx5\\n#      Transport: tcp\\n")
 ['tcp', 'rc_mlx5']
+>>> nccl_networks("h:1:2 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so.\\n"
+...               "h:1:2 [0] NCCL INFO Using network Socket\\n")
+['Socket']
 >>> fabric([{"launcher": {"rank": 0}, "host": "n1", "node": "n1",
 ...          "network": {"ofi": ["tcp", "udp"], "ucx": None}}], "ofi", "cxi").reason
 'cxi expected, found on n1 (rank 0): tcp, udp (fi_info -l)'
@@ -60,6 +63,13 @@ def plugin(path: str | None) -> dict | None:
         return {"path": path, "loaded": False, "error": str(err)[:300], "symbols": []}
     return {"path": path, "loaded": True, "error": None,
             "symbols": [s for s in PLUGIN_SYMBOLS if hasattr(lib, s)]}
+
+
+def nccl_networks(log: str) -> list[str]:
+    """The networks NCCL chose, from its ``NCCL_DEBUG=INFO`` log: the line each communicator's
+    start writes (``INFO(NCCL_INIT, "Using network %s", ...)``, the same from 2.21 to 2.29)."""
+    found = re.findall(r"NCCL INFO Using network (.+?)\s*$", log, re.MULTILINE)
+    return list(dict.fromkeys(found))
 
 
 def rank_network(environ: Mapping[str, str] | None = None) -> dict:
