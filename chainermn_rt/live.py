@@ -12,8 +12,6 @@ EnvironmentProblem, each node named with what is missing.
 
 from __future__ import annotations
 
-import re
-
 from chainermn_rt.errors import EnvironmentProblem, UserError, message_value
 from chainermn_rt.runtimes import RUNTIMES, enroot_probe
 from chainermn_rt.site import MAX_NODES, Site
@@ -97,37 +95,16 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
 
 PROBE_S = 300  # seconds the enroot step may take, waiting for its nodes included
 _UNUSABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE")  # nodes no step reaches
-_TASK = re.compile(r"\s*(\d{1,5}): ?(.*)\Z")  # srun --label's prefix
-
-
-def _by_node(out: str) -> dict[str, enroot_probe.EnrootReport]:
-    """srun --label's output, each task's lines parsed; ValueError for a foreign line."""
-    tasks: dict[str, list[str]] = {}
-    for line in out.splitlines():
-        m = _TASK.match(line)
-        if not m:
-            raise ValueError(f"{message_value(line)}; allowed: srun --label's lines")
-        tasks.setdefault(m.group(1), []).append(m.group(2))
-    found = {}
-    for lines in tasks.values():
-        node = lines[1].strip() if len(lines) > 1 and lines[0] == enroot_probe.MARK + "node" \
-            else ""
-        if not re.match(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z", node):
-            raise ValueError(f"a task named no node ({message_value(node or 'nothing')})")
-        found[node] = enroot_probe.parse("\n".join(lines[2:]))
-    return found
 
 
 def check_enroot(slurm: Slurm, probe: dict[str, list[str]]) -> None:
     """One step per partition, one task on each of ``probe``'s nodes (those up), running enroot;
     EnvironmentProblem naming each node where it cannot run, and what is missing."""
-    script = (f'echo "{enroot_probe.MARK}node"; echo "${{SLURMD_NODENAME:-$(hostname)}}"\n'
-              + enroot_probe.SCRIPT)
     broken = []
     for partition, names in probe.items():
         argv = ["srun", f"-N{len(names)}", "--ntasks-per-node=1", f"--partition={partition}",
                 f"--nodelist={','.join(names)}", "--time=2", "--label",
-                "--job-name=chainermn-rt-site-check", "sh", "-c", script]
+                "--job-name=chainermn-rt-site-check", "sh", "-c", enroot_probe.NODE_SCRIPT]
         try:
             proc = slurm.run(argv, timeout=PROBE_S)
         except NoAnswer:
@@ -139,10 +116,10 @@ def check_enroot(slurm: Slurm, probe: dict[str, list[str]]) -> None:
                                      f"{proc.returncode}): "
                                      f"{message_value(said[-1]) if said else 'no message'}")
         try:
-            reports = _by_node(proc.stdout)
+            reports = enroot_probe.by_node(proc.stdout)
         except ValueError as err:
             raise EnvironmentProblem(f"partition {partition}: the enroot step: {err}") from None
-        broken += [f"{n}: enroot cannot run: {'; '.join(r.problems)}"
-                   for n, r in sorted(reports.items()) if r.problems]
+        broken += [enroot_probe.cannot_run(n, r) for n, r in sorted(reports.items())
+                   if r.problems]
     if broken:
         raise EnvironmentProblem("; ".join(broken))

@@ -95,6 +95,15 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class NodeCheck:
+    """A bare step before the ranks' (the doctor's, doctor/node_check.py): ``argv`` on every
+    node, its output written to ``output``; the shell goes on whatever it says."""
+
+    argv: tuple[str, ...]
+    output: str
+
+
+@dataclass(frozen=True)
 class Plan:
     """The decided job: #SBATCH options, environment, and the launch line as argv lists."""
 
@@ -116,6 +125,7 @@ class Plan:
     timeline: Timeline | None = None
     runtime: str = "none"
     image: str | None = None  # what the ranks' container runs, as the runtime is given it
+    node_check: NodeCheck | None = None
 
     @property
     def world_size(self) -> int:

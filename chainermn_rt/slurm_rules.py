@@ -21,6 +21,14 @@ MEMORY = re.compile(r"([0-9]{1,16})([KMGT]?)\Z")
 _TIME = re.compile(r"(?:([0-9]{1,9})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?\Z")
 
 
+def one_per_node(nodes: int) -> tuple[str, ...]:
+    """srun of one task on each of a job's ``nodes`` nodes, without MPI (a bare step of the
+    batch shell: staging's copy, the doctor's node check); the tasks are named, as the job's
+    ntasks would win over ``--ntasks-per-node`` alone."""
+    return ("srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1", "--mpi=none")
+
+
 def parse_time(text: str, where: str) -> int:
     """Seconds in a Slurm time string: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from chainermn_rt.errors import UserError
 from chainermn_rt.quoting import Expanding
 from chainermn_rt.rank_contract import STAGE_DIR_VAR, STAGE_FROM_VAR, STAGE_LIVE_JOBS_VAR
-from chainermn_rt.slurm_rules import check_printable
+from chainermn_rt.slurm_rules import check_printable, one_per_node
 
 # The variables the job script exports (their names in rank_contract, which the timeline reads
 # too).
@@ -131,12 +131,11 @@ def plan_stage(paths: tuple[str, ...], scratch: str | None, where: str, nodes: i
         raise UserError(f"--stage: {where} has no local_scratch; allowed: a partition whose "
                         "profile entry names its node-local folder in local_scratch "
                         "(docs/site-profiles.md)")
-    one_per_node = ("srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-                    "--kill-on-bad-exit=1", "--mpi=none")
+    each = one_per_node(nodes)
     return Stage(sources=stage_sources(paths), scratch=scratch,
-                 copy=(*one_per_node, *before_python, python, "-m", "chainermn_rt", "data",
-                       "stage", "--job"),
-                 remove=(*one_per_node, "rm", "-rf", "--"))
+                 copy=(*each, *before_python, python, "-m", "chainermn_rt", "data", "stage",
+                       "--job"),
+                 remove=(*each, "rm", "-rf", "--"))
 
 
 # -- the rank's side -----------------------------------------------------------------------

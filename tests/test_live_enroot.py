@@ -1,12 +1,12 @@
-"""``site check --live``'s enroot step read (chainermn_rt.live): srun --label's lines, each
-task's node and enroot's answer; anything else a node prints is refused, not believed."""
+"""The enroot step of ``site check --live`` and of the doctor, read (enroot_probe.by_node):
+srun --label's lines, each task's node and enroot's answer; anything else a node prints is
+refused, not believed."""
 
 from __future__ import annotations
 
 import pytest
 
-from chainermn_rt.live import _by_node
-from chainermn_rt.runtimes.enroot_probe import MARK
+from chainermn_rt.runtimes.enroot_probe import MARK, by_node
 
 
 def _task(i: int, node: str, run: str = "") -> str:
@@ -16,7 +16,7 @@ def _task(i: int, node: str, run: str = "") -> str:
 
 
 def test_each_nodes_problems_are_its_own():
-    found = _by_node(_task(0, "node1") + "\n" + _task(1, "node2", "no enroot on PATH (/bin)"))
+    found = by_node(_task(0, "node1") + "\n" + _task(1, "node2", "no enroot on PATH (/bin)"))
     assert {n: r.problems for n, r in found.items()} == {
         "node1": (), "node2": ("no enroot on PATH (/bin)",)}
 
@@ -28,4 +28,4 @@ def test_each_nodes_problems_are_its_own():
 ])
 def test_what_a_node_prints_is_checked(text, said):
     with pytest.raises(ValueError, match=said):
-        _by_node(text)
+        by_node(text)

@@ -1,8 +1,9 @@
 """``site init`` and ``site check --live`` against the pyxis sandbox (sandbox-pyxis.toml's):
 pyxis found in ``srun --help``, enroot's hooks where enroot itself reads them (the sandbox
 binds its own configuration folder over the install's), a step of the written profile's
-partition in a tiny SquashFS through pyxis, one node whose enroot cannot run; then a job of
-the written profile (its stubs filled in) in the cpu image's SquashFS."""
+partition in a tiny SquashFS through pyxis, one node whose enroot cannot run (the site check
+and the doctor); then a job of the written profile (its stubs filled in) in the cpu image's
+SquashFS."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
     assert live.returncode == 0, live.stdout + live.stderr
     assert live.stdout.splitlines()[-1] == "live: matches the cluster", live.stdout
     # node2's enroot cannot make this user's data folder (enroot.conf's ENROOT_DATA_PATH, a
-    # file in its way there): one line naming the node, exit 3
+    # file in its way there): the site check and the doctor each say one line naming the node,
+    # exit 3
     data = (scratch.node_folder(sandbox_pyxis.settings, "node2") / "enroot" / "data"
             / f"user-{os.getuid()}")
     aside = data.with_name(data.name + ".aside")
@@ -79,26 +81,25 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
     data.write_text("")
     try:
         broken = _chainermn_rt(env, "site", "check", str(profile), "--live")
+        _resume_node2(sandbox_pyxis)
+        start = time.monotonic()
+        doctor = _chainermn_rt(env, "doctor", "--site", str(profile), "--nodes", "2",
+                               "--out", str(tmp_path / "doctor"), "--exclude-bad",
+                               str(tmp_path / "bad.txt"))
+        print(f"the doctor, node2's enroot broken: {time.monotonic() - start:.1f} s")
     finally:
         data.unlink()
         if aside.exists():
             aside.rename(data)
-        # pyxis's job epilog (container_scope=job) meets the same broken enroot after the
-        # check's step, and Slurm drains node2 as it would a cluster's node: once its epilog
-        # is over, resumed as an admin would
-        deadline = time.monotonic() + 120
-        while "completing" in (state := sandbox_pyxis.slurm.run(
-                ["sinfo", "-h", "-n", "node2", "-o", "%T"]).stdout) and \
-                time.monotonic() < deadline:
-            time.sleep(0.5)
-        if "drain" in state:
-            sandbox_pyxis.slurm.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
-    print(broken.stderr, end="")
-    assert broken.returncode == 3, broken.stdout + broken.stderr
-    assert broken.stderr.startswith("chainermn-rt site: error: node2: enroot cannot run: "
-                                    "enroot info failed: mkdir: "), broken.stderr
-    assert f"enroot/data/user-{os.getuid()}" in broken.stderr, broken.stderr
-    assert broken.stderr.count("\n") == 1, broken.stderr
+        _resume_node2(sandbox_pyxis)
+    mkdir = "node2: enroot cannot run: enroot info failed: mkdir: "
+    for proc, command in ((broken, "site"), (doctor, "doctor")):
+        print(proc.stderr, end="")
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert proc.stderr.startswith(f"chainermn-rt {command}: error: {mkdir}"), proc.stderr
+        assert f"enroot/data/user-{os.getuid()}" in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
+    assert (tmp_path / "bad.txt").read_text() == "node2\n"
     step = subprocess.run(
         ["srun", "--partition=cpu", "-N2", "--ntasks-per-node=1", "--mpi=pmix", "--time=2",
          f"--container-image={image}", "sh", "-c",
@@ -107,6 +108,18 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
     assert step.returncode == 0, step.stderr
     assert sorted(step.stdout.splitlines()) == ["NAME=tiny rank 0 of 2",
                                                 "NAME=tiny rank 1 of 2"], step.stdout
+
+
+def _resume_node2(sb) -> None:
+    """pyxis's job epilog (container_scope=job) meets node2's broken enroot after each step
+    there, and Slurm drains node2 as it would a cluster's node: once its epilog is over,
+    resumed as an admin would."""
+    deadline = time.monotonic() + 120
+    while "completing" in (state := sb.slurm.run(["sinfo", "-h", "-n", "node2", "-o", "%T"]
+                                                 ).stdout) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if "drain" in state:
+        sb.slurm.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
 
 
 def _filled_in(text: str, image: Path) -> str:

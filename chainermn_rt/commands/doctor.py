@@ -127,7 +127,8 @@ def _in_sif(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from chainermn_rt.doctor import job
+    from chainermn_rt import host_list
+    from chainermn_rt.doctor import job, node_check
     from chainermn_rt.doctor.check import FAIL
     from chainermn_rt.doctor.table import exclude_text, format_table
     from chainermn_rt.files import write_atomically
@@ -156,10 +157,13 @@ def _cluster(args: argparse.Namespace) -> int:
     job_id, final, _, _ = cluster.run(job.make_folder(out) / job.SCRIPT, plan,
                                       timeout=args.wait_timeout, submitted=submitted,
                                       say=print_line)
-    checks = job.collect(out, job.expected(site, plan), final, job_id)
+    broken = node_check.broken(out)  # the container step failed there: one line, no table
+    checks = [] if broken else job.collect(out, job.expected(site, plan), final, job_id)
     if exclude is not None:
-        text = exclude_text(checks)
+        text = host_list.text(broken) if broken else exclude_text(checks)
         write_atomically(exclude, lambda f: f.write(text))
+    if broken:
+        raise EnvironmentProblem("; ".join(broken.values()))
     if args.json:
         print(json.dumps({"job": job_id, "folder": str(out),
                           "checks": [asdict(c) for c in checks]}, indent=2))

@@ -7,6 +7,7 @@ checked by a real job (docs/doctor.md).
 - ``probe.py``: the program each rank of a doctor job runs; writes the reports;
 - ``reports.py``: the job folder's files;
 - ``cluster.py``: pure cross-rank checks over the reports;
+- ``node_check.py``: with pyxis, enroot asked on every node of the job before the ranks' step;
 - ``table.py``: the printed table and the ``--exclude-bad`` node list;
 - ``job.py``: the doctor job's Plan and its verdict.
 """

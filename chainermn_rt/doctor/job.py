@@ -21,6 +21,7 @@ from pathlib import Path
 from chainermn_rt.arguments import folder
 from chainermn_rt.doctor.check import FAIL, PASS, Check
 from chainermn_rt.doctor.cluster import Expected, run_checks
+from chainermn_rt.doctor.node_check import with_check
 from chainermn_rt.doctor.reports import load_reports
 from chainermn_rt.doctor.step_log import crashed_task, tail
 from chainermn_rt.errors import UserError
@@ -63,7 +64,8 @@ def make_folder(out: Path) -> Path:
 
 def doctor_plan(site: Site, request: Request, out: Path,
                 bandwidth_bytes: int | None = None) -> Plan:
-    """The Plan of ``request`` with the probe as its program, its log in ``out``.
+    """The Plan of ``request`` with the probe as its program, its log in ``out``, and the node
+    check its runtime needs (node_check.py).
     ``bandwidth_bytes`` None: measure 64 MiB when the profile expects a bandwidth."""
     if bandwidth_bytes is None:
         bandwidth_bytes = DEFAULT_BANDWIDTH_BYTES if site.allreduce_busbw_gbps else 0
@@ -76,8 +78,9 @@ def doctor_plan(site: Site, request: Request, out: Path,
     arguments = ("--out", str(out))
     if bandwidth_bytes:
         arguments += ("--bandwidth-bytes", str(bandwidth_bytes))
-    return make_plan(site, replace(request, time=time, job_name=JOB_NAME, log=str(out / LOG),
+    plan = make_plan(site, replace(request, time=time, job_name=JOB_NAME, log=str(out / LOG),
                                    per_rank_logs=False, module=PROBE, command=arguments))
+    return with_check(plan, out)
 
 
 def expected(site: Site, plan: Plan) -> Expected:

@@ -9,12 +9,17 @@ pyxis runs ``enroot`` found on slurmstepd's PATH: the script takes that PATH whe
 it (``/proc/$PPID/environ``: the step's own user may not; then the task's PATH).
 
 :data:`SCRIPT` is POSIX ``sh`` printing ``@@chainermn-rt`` sections; :func:`parse` reads them.
+:data:`NODE_SCRIPT` adds the node's name, for a step of one task per node under ``srun
+--label`` (``site check --live``, the doctor's node check); :func:`by_node` reads its output,
+:func:`cannot_run` is the one line both print for a node.
 
 >>> r = parse(EXAMPLE)
 >>> r.enabled(PMI_HOOK), r.hook_folders, r.problems
 (True, ('/etc/enroot/hooks.d',), ())
 >>> parse(MARK + "enroot-run\\nno user namespaces (unshare -U true failed)").problems
 ('no user namespaces (unshare -U true failed)',)
+>>> cannot_run("node2", by_node(f"0: {MARK}node\\n0: node2\\n0: {MARK}enroot-run\\n0: x")["node2"])
+'node2: enroot cannot run: x'
 """
 
 from __future__ import annotations
@@ -123,3 +128,31 @@ x /etc/enroot/hooks.d/{PMI_HOOK}
 - /etc/enroot/hooks.d/98-nvidia.sh
 {MARK}enroot-run
 """
+
+
+# the node's name first: one task per node under srun --label
+NODE_SCRIPT = f'echo "{MARK}node"; echo "${{SLURMD_NODENAME:-$(hostname)}}"\n' + SCRIPT
+_TASK = re.compile(r"\s*(\d{1,5}): ?(.*)\Z")  # srun --label's prefix
+
+
+def by_node(out: str) -> dict[str, EnrootReport]:
+    """srun --label's output of :data:`NODE_SCRIPT`, each task's lines parsed; ValueError for a
+    foreign line."""
+    tasks: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        m = _TASK.match(line)
+        if not m:
+            raise ValueError(f"{message_value(line)}; allowed: srun --label's lines")
+        tasks.setdefault(m.group(1), []).append(m.group(2))
+    found = {}
+    for lines in tasks.values():
+        node = lines[1].strip() if len(lines) > 1 and lines[0] == MARK + "node" else ""
+        if not re.match(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z", node):
+            raise ValueError(f"a task named no node ({message_value(node or 'nothing')})")
+        found[node] = parse("\n".join(lines[2:]))
+    return found
+
+
+def cannot_run(node: str, report: EnrootReport) -> str:
+    """The line for a node whose enroot cannot run: the node, what is missing."""
+    return f"{node}: enroot cannot run: {'; '.join(report.problems)}"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from chainermn_rt.errors import EnvironmentProblem, JobFailed, UserError, message_value
 from chainermn_rt.rank_contract import Slot
-from chainermn_rt.runtimes import RUNTIMES
+from chainermn_rt.runtimes import RUNTIMES, enroot_probe
 from chainermn_rt.site import NAME
 from chainermn_rt.site_init import hwloc, node_report, nvidia
 from chainermn_rt.site_init.profile import Facts, PartitionFacts, TopologyFacts
@@ -253,7 +253,7 @@ def _enroot_warnings(reports: dict[str, node_report.NodeReport], warnings: list[
             warnings.append(f"{host}: pyxis without enroot: "
                             f"{'; '.join(r.enroot.problems) or 'not found'}")
         elif r.enroot.problems:
-            warnings.append(f"{host}: enroot cannot run: {'; '.join(r.enroot.problems)}")
+            warnings.append(enroot_probe.cannot_run(host, r.enroot))
         elif not r.enroot.enabled(hook):
             where = " or ".join(message_value(f) for f in r.enroot.hook_folders) or "hooks.d"
             warnings.append(f"{host}: pyxis without enroot's {hook} hook in {where} (enroot "
