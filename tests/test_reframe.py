@@ -29,9 +29,10 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def _launch_line(script: str) -> list[str]:
-    """The rank step's line of a job script (continuation lines joined), as argv."""
+    """The rank step's line of a job script (continuation lines joined), as argv: the last
+    ``srun`` (the doctor's node check under pyxis comes before it)."""
     lines = script.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    start = max(i for i, line in enumerate(lines) if line.startswith("srun "))
     joined = ""
     for line in lines[start:]:
         joined += line.rstrip("\\").rstrip() + " "

@@ -39,7 +39,8 @@ def test_the_checks_pass_and_an_unmet_expectation_fails(sandbox, reframe_venv, t
     assert "scheduler slurm" in made, made
     # one retry: Debian's Open MPI 4.1.4 crashes in MPI_Init in about 2 % of multi-node
     # launches (tests/fixtures_sandbox.py); a check that really fails fails twice
-    run = ["-r", "--system", "sandbox:gpu", "-S", "ranks_per_node=2", "--max-retries=1"]
+    run = ["-r", "--system", "sandbox:gpu", "-S", "ranks_per_node=2", "--max-retries=1",
+           "-S", "ChainermnRtAllreduce.size=4M", "-S", "ChainermnRtTrain.model=mlp"]
     (tmp_path / "first").mkdir()
     proc = reframe(reframe_venv, tmp_path / "config.py", run, tmp_path / "first",
                    env=sandbox.env())

@@ -7,10 +7,12 @@ runs it under ReFrame's ``srun`` launcher; none is ever requeued; nothing is dow
 
 - ``ChainermnRtDoctor``: the doctor's probe on every rank, then the doctor's checks over
   their reports; it passes when none fails.
-- ``ChainermnRtAllreduce``: ``bench allreduce`` at 64 MiB, every communicator the ranks have;
+- ``ChainermnRtAllreduce``: ``bench allreduce`` at ``size`` (64 MiB), every communicator the
+  ranks have;
   ``busbw`` is pure_nccl's where they ran it, else MPI's (what the doctor measures), against
   the profile's ``allreduce_busbw_gbps``: at least half of it (the doctor's rule).
-- ``ChainermnRtTrain``: ``bench train --model resnet50 --insize 32 --iterations 5``; images/s.
+- ``ChainermnRtTrain``: ``bench train --model MODEL --insize 32 --iterations 5`` (``model``:
+  resnet50); images/s.
 """
 
 from __future__ import annotations
@@ -35,8 +37,6 @@ from chainermn_rt.job_request import Request
 from chainermn_rt.plan import Plan, make_plan
 from chainermn_rt.reframe.jobs import job_fields
 from chainermn_rt.site import Site, load_site
-
-BUSBW_BYTES = "64M"
 
 
 class _ChainermnRtCheck(rfm.RunOnlyRegressionTest):
@@ -102,13 +102,14 @@ class ChainermnRtDoctor(_ChainermnRtCheck):
 
 @rfm.simple_test
 class ChainermnRtAllreduce(_ChainermnRtCheck):
-    descr = f"bench allreduce at {BUSBW_BYTES}: busbw against the profile's expectation"
+    descr = "bench allreduce at one size: busbw against the profile's expectation"
+    size = variable(str, value="64M")  # bench allreduce's --min-bytes and --max-bytes
 
     def plan(self, site: Site) -> Plan:
         # every communicator the ranks have (pure_nccl only where each has a GPU with NCCL)
         return make_plan(site, Request(**{**self.request(site).__dict__,
                                           "module": "chainermn_rt", "command": (
-            "bench", "allreduce", "--min-bytes", BUSBW_BYTES, "--max-bytes", BUSBW_BYTES)}))
+            "bench", "allreduce", "--min-bytes", self.size, "--max-bytes", self.size)}))
 
     @run_before("performance")
     def reference_from_the_profile(self):
@@ -131,12 +132,13 @@ class ChainermnRtAllreduce(_ChainermnRtCheck):
 
 @rfm.simple_test
 class ChainermnRtTrain(_ChainermnRtCheck):
-    descr = "bench train: ResNet-50 at 32 px on synthetic data, images/s"
+    descr = "bench train: a model (ResNet-50) at 32 px on synthetic data, images/s"
+    model = variable(str, value="resnet50")  # bench train's --model: resnet50 or mlp
 
     def plan(self, site: Site) -> Plan:
         return make_plan(site, Request(**{**self.request(site).__dict__,
                                           "module": "chainermn_rt", "command": (
-            "bench", "train", "--model", "resnet50", "--insize", "32", "--iterations", "5",
+            "bench", "train", "--model", self.model, "--insize", "32", "--iterations", "5",
             "--warmup", "1")}))
 
     @sanity_function
