@@ -35,7 +35,7 @@ from chainermn_rt.rank_contract import (
 from chainermn_rt.runtimes import RUNTIMES, runtime
 from chainermn_rt.sbatch_options import owned
 from chainermn_rt.site import RANK_LAUNCHERS, Partition, Site
-from chainermn_rt.slurm_rules import behaves, step_folders
+from chainermn_rt.slurm_rules import behaves, step_folders, task_variables
 from chainermn_rt.staging import VARIABLES as STAGE_VARIABLES
 from chainermn_rt.staging import Stage, plan_stage
 from chainermn_rt.stop_verdict import Rule, table
@@ -160,9 +160,10 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
     """(runtime, argv placed before the rank step, extra launcher flags); ``folders``: host
     folders the container must see too (staged data's node-local scratch, the metrics folder),
     each bound at the same path unless the profile's binds have it; ``exported``: the
-    variables the script exports; the runtime's own checks (chainermn_rt.runtimes) and, for
-    one that binds them, the folders Slurm's PMIx plugin hands the ranks
-    (slurm_rules.step_folders) where it would not show them."""
+    variables the script exports (srun's per-task ones are added: runtimes/base.py); the
+    runtime's own checks (chainermn_rt.runtimes) and, for one that binds them, the folders
+    Slurm's PMIx plugin hands the ranks (slurm_rules.step_folders) where it would not show
+    them."""
     name = req.runtime or site.container.runtime
     kind = runtime(name)
     if name == "none":
@@ -185,6 +186,8 @@ def _container(site: Site, req: Request, part: Partition, folders: tuple[str | N
         c = kind.bind(c, step_folders(site.srun_mpi, site.slurm_tmpfs, site.slurmd_spool_dir),
                       "{0}", kind.own_mounts)
     at_render(site.mpi, site.nccl, kind.image_glibc(image) if site.host_libraries else None)
+    if (req.launcher or site.launcher) == "srun":
+        exported = (*exported, *task_variables(site.srun_mpi))
     return name, *kind.step(c, image, exported)
 
 

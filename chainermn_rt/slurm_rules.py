@@ -232,6 +232,21 @@ def pmix_folders(tmpfs: str | None) -> tuple[str, ...]:
     return (found,) if found else ()
 
 
+# What Slurm's MPI plugin sets in each task's own environment (its rank and its PMI socket),
+# besides the step's: pmi2's, read by MPICH's PMI-1 and PMI-2 clients. pmix's PMIX_RANK is
+# the only one of its kind and pmix clients take it from the server too.
+TASK_VARIABLES = {"pmi2": ("PMI_FD", "PMI_JOBID", "PMI_RANK", "PMI_SIZE")}
+
+
+def task_variables(srun_mpi: str) -> tuple[str, ...]:
+    """The variables ``srun --mpi=srun_mpi`` gives each task of its own.
+
+    >>> task_variables("pmi2")[:3], task_variables("pmix")
+    (('PMI_FD', 'PMI_JOBID', 'PMI_RANK'), ())
+    """
+    return TASK_VARIABLES.get(srun_mpi, ())
+
+
 def step_folders(srun_mpi: str, tmpfs: str | None, spool: str | None) -> tuple[str, ...]:
     """The host folders Slurm's MPI plugin ``srun_mpi`` hands a step's ranks: PMIx's
     (:func:`pmix_folders`), ``cray_shasta``'s ``SlurmdSpoolDir/mpi_cray_shasta`` (its

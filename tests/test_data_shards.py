@@ -15,8 +15,19 @@ from chainermn_rt.data.shards import END, DataError, member
 from chainermn_rt.errors import UserError
 
 KEY_CHARS = st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="./\\")
+
+
+def _fits_ustar(key: str) -> bool:
+    """ustar holds a name of at most 100 bytes after a prefix of at most 155 cut at a '/': the
+    longest ``.jpg``/``.cls`` member of ``key`` (a 40-character part of 4-byte characters
+    does not fit; member() refuses it, below)."""
+    raw = f"{key}.jpg".encode()
+    return len(raw) <= 100 or any(len(raw) - i - 1 <= 100 for i in range(min(len(raw), 156))
+                                  if raw[i:i + 1] == b"/")
+
+
 KEYS = st.lists(st.text(KEY_CHARS, min_size=1, max_size=40), min_size=1, max_size=3).map(
-    "/".join).filter(lambda k: len(k.encode()) <= shards.MAX_KEY_BYTES)
+    "/".join).filter(lambda k: len(k.encode()) <= shards.MAX_KEY_BYTES and _fits_ustar(k))
 SAMPLES = st.lists(st.tuples(KEYS, st.binary(max_size=2000), st.integers(0, 10**6)),
                    max_size=8, unique_by=lambda s: s[0])
 
@@ -35,6 +46,13 @@ def test_what_is_written_reads_back_here_and_with_tarfile(samples):
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:  # plain ustar, as WebDataset reads it
         names = [m.name for m in tar.getmembers()]
     assert names == [f"{k}.{ext}" for k, _, _ in samples for ext in ("jpg", "cls")]
+
+
+def test_a_name_ustar_cannot_hold_is_refused():
+    long = "\u00a0" * 60  # 120 bytes, no '/' to cut at
+    with pytest.raises(ValueError, match="too long for ustar"):
+        member(f"{long}.jpg", b"")
+    assert not _fits_ustar(long) and _fits_ustar("a/" + "\u00a0" * 40)
 
 
 def test_reads_what_tarfile_writes_with_long_and_unicode_names():

@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy
 import pytest
 from test_jobs_pyxis import DIGEST, jobs_as_user
 
@@ -62,11 +63,12 @@ class Jobs:
                               capture_output=True, text=True, timeout=timeout)
 
     def submit(self, cwd: Path, name: str, command: list[str], *args: str,
-               wait: bool = True) -> tuple[str, str, str]:
+               wait: bool = True, site: Path | None = None) -> tuple[str, str, str]:
         """``submit --site PROFILE --nodes 2 ... [--wait] -- COMMAND`` from ``cwd``: (job id,
         final state or "", the job's log)."""
         started = time.monotonic()
-        proc = self.cli(cwd, "submit", "--site", str(self.profile), "--nodes", "2", "--time",
+        proc = self.cli(cwd, "submit", "--site", str(site or self.profile), "--nodes", "2",
+                        "--time",
                         "5", "--job-name", name, *self.image, *args,
                         *(["--wait", "--wait-timeout", "600"] if wait else []), "--", *command)
         job = re.match(r"submitted job (\d+)", proc.stdout)
@@ -195,6 +197,68 @@ def test_the_doctor_passes_in_the_container(jobs):
     for name in ("reports", "launcher-mpi", "versions", "cpu-sharing", "allreduce-cpu"):
         assert checks[name]["status"] == "PASS", checks[name]
     assert checks["versions"]["reason"].endswith("; Open MPI v4.1.4"), checks["versions"]
+
+
+def _mnist_files(root: Path, seed: int = 0) -> None:
+    """MNIST-shaped data where Chainer keeps its download (``pfnet/chainer/mnist`` under
+    ``$CHAINER_DATASET_ROOT``: ``x`` uint8 [N, 784], ``y`` uint8): a stroke pattern per class
+    and noise, 2000 to train and 400 to test."""
+    folder = root / "pfnet" / "chainer" / "mnist"
+    folder.mkdir(parents=True)
+    rng = numpy.random.default_rng(seed)
+    templates = rng.random((10, 784)) > 0.8
+    for name, n in (("train", 2000), ("test", 400)):
+        y = rng.integers(0, 10, n).astype(numpy.uint8)
+        x = numpy.clip(templates[y] * 200 + rng.normal(0, 30, (n, 784)), 0, 255)
+        numpy.savez_compressed(folder / f"{name}.npz", x=x.astype(numpy.uint8), y=y)
+    for path in (root, *root.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_chainermns_mnist_recipe_unmodified(jobs):
+    """ChainerMN's MNIST recipe with no chainermn-rt in it (tests/programs/plain_mnist.py:
+    create_communicator, get_mnist, scatter_dataset, the multi-node optimizer and evaluator,
+    Chainer's Trainer), MNIST's files in the job's folder as Chainer keeps them: two epochs,
+    evaluated on every rank, one set of parameters."""
+    folder = jobs.folder("plain")
+    _mnist_files(folder / "datasets")
+    _, state, log = jobs.submit(folder, "plain", ["python3", jobs.program("plain_mnist.py")],
+                                "--env", f"CHAINER_DATASET_ROOT={folder / 'datasets'}")
+    assert state == "COMPLETED", log[-3000:]
+    epochs = [e for e in json_objects(log) if "epoch" in e]
+    assert [e["epoch"] for e in epochs] == [1, 2], log[-3000:]
+    assert all(0 <= e["validation/main/accuracy"] <= 1 for e in epochs), epochs
+    digests = DIGEST.findall(log)
+    assert len(digests) == 4 and len({d for _, d in digests}) == 1, log[-3000:]
+    jobs.nothing_left()
+
+
+def test_a_sites_mpich_bound_under_pmi2_is_one_world(jobs):
+    """Issue 42's bind model under pyxis: Debian 12's MPICH (as a site lays it out: the library
+    and its libmpi.so.12 link) bound into the image, ``srun --mpi=pmi2``. enroot's PMI hook
+    writes the first task's PMI_RANK into the container's environment, where it beats every
+    other task's: without the step naming pmi2's per-task variables in ``--container-env``
+    ranks shared a rank and MPI_Init failed ("unable to allocate shared memory") or hung."""
+    mpich = jobs.folder("site-mpich")
+    shutil.copy2("/usr/lib/x86_64-linux-gnu/libmpich.so.12", mpich / "libmpich.so.12")
+    (mpich / "libmpi.so.12").symlink_to("libmpich.so.12")
+    (mpich / "libmpich.so.12").chmod(0o644)
+    site = mpich / "bound.toml"
+    text = jobs.profile.read_text()
+    assert text.count('srun_mpi = "pmix"') == 1 and text.count("[environment]\n") == 1
+    # UCX between the processes of a user namespace (enroot's), as under ch-run
+    site.write_text(text.replace('srun_mpi = "pmix"', 'srun_mpi = "pmi2"').replace(
+        "[environment]\n", '[environment]\nUCX_POSIX_USE_PROC_LINK = "n"\nUCX_TLS = "^cma"\n')
+        + f'\n[mpi]\nmodel = "bind"\nfamily = "mpich"\nlibrary = "{mpich}/libmpi.so.12"\n'
+        f'paths = ["{mpich}"]\n')
+    _, state, log = jobs.submit(jobs.folder("mpich"), "mpich",
+                                ["python3", jobs.program("report_mpi.py")], site=site)
+    assert state == "COMPLETED", log[-3000:]
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    assert [(r["rank"], r["size"]) for r in ranks] == [(i, 4) for i in range(4)], log[-3000:]
+    assert {(r["mpi"], r["libmpi"]) for r in ranks} == {
+        ("MPICH Version:\t4.0.2", f"{mpich}/libmpich.so.12")}, log[-3000:]
+    jobs.nothing_left()
 
 
 def test_a_stalled_rank_ends_its_job_in_one_line(jobs):

@@ -38,6 +38,18 @@ def _profile(tmp_path: Path, old: str, new: str) -> Path:
     return path
 
 
+@pytest.mark.parametrize("srun_mpi", ["pmix", "pmi2"])
+def test_pmi2s_variables_of_each_task_win_over_the_containers(tmp_path, srun_mpi):
+    """enroot's PMI hook writes the first task's PMI_* into the container's environment: under
+    pmi2 the step names them in --container-env, so each task keeps its own."""
+    site = _profile(tmp_path, 'srun_mpi = "pmix"', f'srun_mpi = "{srun_mpi}"')
+    line = sh_join(make_plan(load_site(site), Request(nodes=2, command=("x",))).launch)
+    exported = line.split("--container-env=")[1].split()[0].split(",")
+    pmi = ["PMI_FD", "PMI_JOBID", "PMI_RANK", "PMI_SIZE"] if srun_mpi == "pmi2" else []
+    assert [name for name in exported if name.startswith("PMI")] == pmi
+    assert f" --mpi={srun_mpi} " in line
+
+
 def test_the_step_mounts_the_jobs_folder_starts_there_and_keeps_the_jobs_variables():
     plan = make_plan(load_site(DGX), Request(nodes=1, stage=("/lustre/shards",), timeline=True,
                                              env=(("NCCL_DEBUG", "INFO"), ("PATH", "/h/bin")),

@@ -70,7 +70,8 @@ class Runtime:
     def step(self, c: Container, image: str | None, exported: tuple[str, ...] = ()
              ) -> tuple[tuple[str, ...], tuple[str | Expanding, ...]]:
         """(argv before the rank step's command, extra srun flags); ``exported``: the names
-        of the variables the job script exports."""
+        of the variables each rank must get from the step, not from the image: those the job
+        script exports and those srun's MPI plugin sets per task."""
         return (), ()
 
     def bind(self, c: Container, folders: Iterable[str], spelled: str = "{0}:{0}",

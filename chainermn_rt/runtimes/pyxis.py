@@ -8,7 +8,10 @@ such ranks (the Plan refuses it). What the step's flags say, as the ranks run ba
   own working folder, the home);
 - ``--container-env``: the variables the job script exports win over the image's ENV (pyxis
   keeps the image's values of the others; the image's other ENV still reaches the ranks), but
-  for PATH and the loader's, which stay the container's;
+  for PATH and the loader's, which stay the container's; and those srun's MPI plugin sets per
+  task (pmi2's ``PMI_RANK``, ``PMI_FD``, ...): enroot's PMI hook writes the first task's into
+  the container's environment, where they beat every other task's own (ranks of one node
+  then share a rank: MPICH's ``MPI_Init`` fails or hangs);
 - ``--no-container-mount-home`` (unless the profile's flags ask for the home);
 - ``--container-name=chainermn-rt-JOBID`` for a registry's image only: pyxis imports such an
   image for every unnamed step, a named one once per node and job (the stage copy step and the
