@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chainermn_rt import apptainer, quoting
+from chainermn_rt import apptainer
 from chainermn_rt.errors import EnvironmentProblem
 from chainermn_rt.files import write_atomically
 from chainermn_rt.sandbox.debian import host_mirror
@@ -343,18 +343,13 @@ def charliecloud(flavor: str, fmt: str) -> Path:
     return target
 
 
-# in a SquashFS: what a login shell sources after Debian's /etc/profile has set its own PATH
-PROFILE_PATH = "etc/profile.d/chainermn-rt-path.sh"
-
-
 def docker_to_squash(image: str, target: Path, env: dict[str, str]) -> None:
     """A SquashFS for Charliecloud and for enroot (pyxis): :func:`docker_to_dir`'s folder, then
     ``ch-convert -i dir -o squash``. For enroot also the image's ENV in ``etc/environment``
     (where enroot reads a container's environment: ``enroot import`` writes it there; ch-run
-    reads ``ch/environment``) and its PATH again in :data:`PROFILE_PATH`: enroot starts a
-    container through a login shell, and Debian's /etc/profile sets PATH itself. Without them
-    pyxis's ranks ran Debian's python3, not the image's venv ("No module named
-    chainermn_rt")."""
+    reads ``ch/environment``; the image's PATH for enroot's login shell is the recipe's,
+    ``compose.PROFILE_PATH``). Without them pyxis's ranks ran Debian's python3, not the image's
+    venv ("No module named chainermn_rt")."""
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as work:
         folder = Path(work) / "image"
         docker_to_dir(image, folder, env)
@@ -363,12 +358,6 @@ def docker_to_squash(image: str, target: Path, env: dict[str, str]) -> None:
         before = environ.read_text() if environ.is_file() and not environ.is_symlink() else ""
         environ.unlink(missing_ok=True)
         environ.write_text(before + variables)
-        path = [line[5:] for line in variables.splitlines() if line.startswith("PATH=")]
-        if path:
-            (folder / PROFILE_PATH).parent.mkdir(parents=True, exist_ok=True)
-            (folder / PROFILE_PATH).write_text(
-                "# chainermn-rt (make sqfs): the image's PATH, which Debian's /etc/profile "
-                "replaced\n" f"PATH={quoting.sh(path[-1])}\nexport PATH\n")
         subprocess.run(["ch-convert", "-i", "dir", "-o", "squash", str(folder), str(target)],
                        check=True, env=env)
 

@@ -20,21 +20,36 @@ Example::
 
 from __future__ import annotations
 
+from chainermn_rt.quoting import sh
 from containers.blocks import apt, metadata, user
-from containers.recipe import Block, Env, Run, Stage, Step
+from containers.recipe import Block, Cmd, Env, Run, Stage, Step
 from containers.versions import package_version, python_pins
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LD_CONF = "/etc/ld.so.conf.d/chainermn-rt.conf"
+# what a login shell sources after Debian's /etc/profile has set its own PATH: enroot starts a
+# container through one (pyxis), from `make sqfs`'s SquashFS or `enroot import dockerd://`
+PROFILE_PATH = "/etc/profile.d/chainermn-rt-path.sh"
 
 
 def _packages(blocks: list[Block], which: str) -> list[str]:
     return sorted({p for b in blocks for p in getattr(b, f"{which}_packages")})
 
 
+def _path(blocks: list[Block]) -> str:
+    return ":".join([d for b in blocks for d in b.path] + [SYSTEM_PATH])
+
+
 def environment(blocks: list[Block]) -> Env:
-    path = ":".join([d for b in blocks for d in b.path] + [SYSTEM_PATH])
-    return Env((("PATH", path), *(kv for b in blocks for kv in b.env)))
+    return Env((("PATH", _path(blocks)), *(kv for b in blocks for kv in b.env)))
+
+
+def login_path(blocks: list[Block]) -> Run:
+    """The image's PATH again in :data:`PROFILE_PATH`: without it pyxis's ranks ran Debian's
+    python3, not the venv's ("No module named chainermn_rt"; docs/sandbox.md)."""
+    text = sh(f"PATH={_path(blocks)}")
+    return Run((f"printf '%s\\n' {text} 'export PATH' > {PROFILE_PATH}",),
+               comment="the image's PATH for login shells (enroot's), after Debian's /etc/profile")
 
 
 def build_stage(base: str, blocks: list[Block], comment: str = "") -> Stage:
@@ -56,6 +71,8 @@ def runtime_stage(base: str, blocks: list[Block], final: list[Step] = (), commen
     if dirs:
         steps.append(Run((f"printf '%s\\n' {' '.join(dirs)} > {LD_CONF}", "ldconfig"),
                          comment="the image's libraries, for every runtime's dynamic linker"))
+    if any(b.path for b in blocks):
+        steps.append(login_path(blocks))
     steps.append(environment(blocks))
     defaults = tuple(kv for b in blocks for kv in b.defaults)
     if defaults:
@@ -64,9 +81,11 @@ def runtime_stage(base: str, blocks: list[Block], final: list[Step] = (), commen
 
 
 def final_steps(flavor: str, v: dict, system: dict[str, str], extras: tuple[str, ...]) -> list:
-    """The runtime stage's last steps: the VERSIONS file, the non-root user, the labels."""
+    """The runtime stage's last steps: the VERSIONS file, the non-root user, the labels, the
+    default command (a registry's Debian has ``bash``; the debootstrap base none, and
+    ``enroot import dockerd://`` stopped on "No command specified")."""
     pins = python_pins(extras)
     labelled = {name: pins[name] for name in metadata.LABELLED if name in pins}
     return [metadata.copy_versions(flavor),
             *user.block(v["image"]["user"], v["image"]["uid"]).runtime,
-            metadata.labels(flavor, package_version(), system, labelled)]
+            metadata.labels(flavor, package_version(), system, labelled), Cmd(("bash",))]

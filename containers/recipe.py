@@ -8,8 +8,8 @@ describe different builds. Where the formats differ:
   copy that lands where an earlier ``Run`` of its stage writes or reads.
 - ``Env`` becomes ``ENV`` in Docker; in Singularity an ``export`` at the same point of
   ``%post`` (build time) and a line in ``%environment`` (run time).
-- ``User`` and ``Workdir`` are Docker-only: Singularity runs as the calling user in the
-  caller's directory.
+- ``User``, ``Workdir`` and ``Cmd`` are Docker-only: Singularity runs as the calling user in
+  the caller's directory, and a SIF runs what ``apptainer exec`` names.
 - Steps marked ``network`` see the build host's CA bundle at ``CA_BUNDLE``: a BuildKit
   secret in Docker (never in a layer); in Singularity a ``%files`` copy (the ``HOST_CA`` build
   argument) into the stages that have such steps, which may not include the last stage, the
@@ -29,6 +29,8 @@ Example::
 """
 
 from __future__ import annotations
+
+import json
 
 from dataclasses import dataclass, field
 
@@ -87,7 +89,15 @@ class Workdir:
     path: str
 
 
-Step = Run | Env | Copy | Label | User | Workdir
+@dataclass(frozen=True)
+class Cmd:
+    """The image's default command (exec form): ``docker create IMAGE`` needs one, which
+    ``enroot import dockerd://`` runs."""
+
+    argv: tuple[str, ...]
+
+
+Step = Run | Env | Copy | Label | User | Workdir | Cmd
 
 
 @dataclass(frozen=True)
@@ -202,6 +212,8 @@ def to_docker(recipe: Recipe) -> str:
                 out.append(f"USER {step.name}")
             elif isinstance(step, Workdir):
                 out.append(f"WORKDIR {step.path}")
+            elif isinstance(step, Cmd):
+                out.append(f"CMD {json.dumps(list(step.argv))}")
     return "\n".join(out) + "\n"
 
 

@@ -14,6 +14,7 @@ Failing to start fails the test, never skips.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -150,9 +151,21 @@ def sandbox_pyxis():
 
 
 @pytest.fixture(scope="module")
-def sandbox_pyxis_debian13(debian13_root):
-    """sandbox-pyxis-debian13: Slurm 24.11's slurmd with pyxis in the Debian 13 root."""
-    yield from pyxis_sandbox("sandbox-pyxis-debian13", debian13_root)
+def sandbox_pyxis_debian13(debian13_root, engine):
+    """sandbox-pyxis-debian13: Slurm 24.11's slurmd with pyxis in the Debian 13 root, the
+    suite's dockerd (``engine``) at each node's /run/docker.sock (``up`` reads DOCKER_HOST)."""
+    before = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = engine.host
+    try:
+        sandboxes = pyxis_sandbox("sandbox-pyxis-debian13", debian13_root)
+        sb = next(sandboxes)
+    finally:
+        if before is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = before
+    yield sb
+    next(sandboxes, None)  # down
 
 
 def user_tree(sb: Sandbox) -> Path:

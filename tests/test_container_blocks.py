@@ -313,6 +313,10 @@ def test_compose_registers_library_dirs_and_keeps_build_only_things_out():
             " && \\\n    ldconfig\n") in runtime
     assert ('ENV PATH="/opt/a/bin:/opt/b/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:'
             '/sbin:/bin" \\\n    A="1"\nENV A_MODE="fast"\n') in runtime
+    # and again for a login shell (enroot's), after Debian's /etc/profile set its own
+    assert ("RUN printf '%s\\n' PATH=/opt/a/bin:/opt/b/bin:/usr/local/sbin:/usr/local/bin:"
+            "/usr/sbin:/usr/bin:/sbin:/bin 'export PATH' > /etc/profile.d/chainermn-rt-path.sh"
+            "\n") in runtime
 
 
 def test_libjpeg_turbo():

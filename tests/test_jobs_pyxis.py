@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from chainermn_rt.sandbox import Sandbox
+from chainermn_rt.sandbox import Sandbox, scratch
 from chainermn_rt.sandbox.root import load_pins
 from chainermn_rt.sandbox.settings import HOST_USER, STATE_VAR
 from chainermn_rt.site import resolve_site
@@ -126,3 +126,30 @@ def test_ranks_in_the_image_on_slurm_24_11_through_pyxis(sandbox_pyxis_debian13,
     assert seen == {(IMAGE_OS, IMAGE_PYTHON, "Open MPI v4.1.4", "5.0.7a1", pins.uid)}, seen
     assert [line for line in log.splitlines() if not line.startswith("{")] == [], log
 
+
+
+@pytest.mark.debian13
+def test_a_dockerd_image_through_pyxis_as_root(sandbox_pyxis_debian13, cpu_image):
+    """``--image dockerd://TAG``: each node's enroot imports the suite's cpu image from the
+    suite's dockerd (its socket at the nodes' /run/docker.sock, the root's docker CLI) into the
+    job's named container (the Plan names a registry's image; pyxis and its epilog run
+    ``enroot list``, which needs ``column``); the ranks find the image's venv python3 through
+    the recipe's /etc/profile.d file (enroot starts a login shell). As root: the socket is
+    root's. The epilog removes the container and drains no node."""
+    sb = sandbox_pyxis_debian13
+    ctx = {"sb": sb, "tree": user_tree(sb), "profile": resolve_site("sandbox-pyxis-debian13"),
+           "image": ["--image", f"dockerd://{cpu_image}"]}
+    state, log = submit(ctx, "dockerd", [
+        "python3", str(ctx["tree"] / "tests" / "programs" / "report_mpi.py")])
+    assert state == "COMPLETED", log[-3000:]
+    ranks = sorted(json_objects(log), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and {r["size"] for r in ranks} == {4}
+    seen = {(r["os"], r["python"], r["mpi"], r["pmix_server"], r["uid"]) for r in ranks}
+    assert seen == {(IMAGE_OS, IMAGE_PYTHON, "Open MPI v4.1.4", "5.0.7a1", 0)}, seen
+    data = [scratch.node_folder(sb.settings, n) / "enroot" / "data" / "user-0"
+            for n in sb.settings.node_names()]
+    deadline = time.monotonic() + 60  # the job epilog removes the named containers
+    while any(any(d.iterdir()) for d in data if d.is_dir()):
+        assert time.monotonic() < deadline, [list(d.iterdir()) for d in data]
+        time.sleep(0.5)
+    assert not sb.slurm.output(["sinfo", "-h", "-R"]).strip()

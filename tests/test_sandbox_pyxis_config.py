@@ -55,7 +55,8 @@ def test_slurm_loads_pyxis_and_enroot_is_configured_per_node_and_user(tmp_path, 
         "container_scope=job\n")
     conf = [line.split(None, 1) for line in files["etc/enroot/enroot.conf"].splitlines()
             if not line.startswith("#")]
-    assert conf == [["ENROOT_TEMP_PATH", f"{LOCAL}/enroot/tmp"]] + [
+    assert conf == [["ENROOT_SQUASH_OPTIONS", f"'{pyxis.SQUASH_OPTIONS}'"],
+                    ["ENROOT_TEMP_PATH", f"{LOCAL}/enroot/tmp"]] + [
         [f"ENROOT_{what.upper()}_PATH", f"{LOCAL}/enroot/{what}/user-${{UID}}"]
         for what in ("runtime", "cache", "data")]
     # bash reads it as enroot does (each value through `eval echo`): one folder per user
@@ -65,6 +66,7 @@ def test_slurm_loads_pyxis_and_enroot_is_configured_per_node_and_user(tmp_path, 
                           capture_output=True, text=True, check=True).stdout.split()
     uid = subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip()
     assert f"ENROOT_DATA_PATH={LOCAL}/enroot/data/user-{uid}" in said
+    assert "ENROOT_SQUASH_OPTIONS=-noI" in said  # the import's SquashFS, uncompressed
     # the install's configuration, the PMI hook enabled, the TaskProlog in every container
     assert {k for k in files if k.startswith("etc/enroot/")} == {
         "etc/enroot/enroot.conf", "etc/enroot/hooks.d/10-shadow.sh",
@@ -128,3 +130,25 @@ def test_the_jobs_srun_runs_the_ranks_in_the_image_with_tmp(tmp_path):
         "OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM,CHAINERMN_RT_SLOTS,"
         "CHAINERMN_RT_STOP_FILE", "--no-container-mount-home"))
     assert plan.container == ()
+
+
+def test_the_debian13_nodes_get_the_dockerd_that_docker_host_names(tmp_path, tools):
+    """``up`` records DOCKER_HOST's socket (a socket here, ``unix://`` only); each debian13
+    node binds it at /run/docker.sock, where the root's docker CLI looks (enroot import
+    dockerd://)."""
+    import socket
+
+    from chainermn_rt.sandbox.root import Root, load_pins
+    path = tmp_path / "d.sock"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(path))
+        assert pyxis.docker_socket({"DOCKER_HOST": f"unix://{path}"}) == path
+        assert pyxis.docker_socket({"DOCKER_HOST": f"unix://{tmp_path}"}) is None  # a folder
+        assert pyxis.docker_socket({"DOCKER_HOST": "tcp://127.0.0.1:2375"}) is None
+        assert pyxis.docker_socket({}) is None
+    s = sandbox_settings(load_site(resolve_site("sandbox-pyxis-debian13")), state_dir=tmp_path)
+    root = Root(tmp_path / "root", load_pins())
+    argv = Launcher(s, root=root, tools=tools, docker=path).node("node1")
+    at = argv.index(str(path))
+    assert argv[at:at + 2] == [str(path), "/run/docker.sock"]
+    assert str(path) not in Launcher(s, root=root, tools=tools).node("node1")

@@ -154,8 +154,10 @@ class Sandbox:
         record = record if record is not None else self._record()
         folder = (record or {}).get("root")
         tools = (record or {}).get("pyxis")
+        docker = (record or {}).get("docker")
         return Launcher(self.settings, Root(Path(folder), load_pins()) if folder else None,
-                        pyxis_build.Tools(Path(tools)) if tools else None)
+                        pyxis_build.Tools(Path(tools)) if tools else None,
+                        Path(docker) if docker else None)
 
     def up(self, say=lambda line: None) -> str:
         """Start the sandbox (idempotent); what a sandbox that ended without ``down`` left is
@@ -196,6 +198,9 @@ class Sandbox:
         if tools is not None:
             pyxis.make_folders(self.settings)
             record["pyxis"] = str(tools.folder)
+            docker = pyxis.docker_socket(dict(os.environ)) if in_root else None
+            if docker is not None:  # enroot import dockerd:// on the nodes
+                record["docker"] = str(docker)
         self._save(record)
         launch = self.launcher(record)
         try:

@@ -42,11 +42,13 @@ _SYSTEM = ("/", "/usr", "/usr/local", "/bin", "/lib", "/etc", "/var", "/opt")
 @dataclass(frozen=True)
 class Launcher:
     """Command-line prefixes for ``settings``' stack; ``root`` for ``debian13``; ``tools``:
-    enroot and pyxis, for a sandbox whose nodes load pyxis."""
+    enroot and pyxis, for a sandbox whose nodes load pyxis; ``docker``: the socket bound at
+    each node's /run/docker.sock (debian13)."""
 
     settings: SandboxSettings
     root: Root | None = None
     tools: Tools | None = None
+    docker: Path | None = None  # a dockerd's socket for the nodes (pyxis's dockerd://)
 
     @property
     def in_root(self) -> bool:
@@ -117,6 +119,8 @@ class Launcher:
         extra += [(scratch.node_folder(s, node), path) for path in s.scratch]
         if self.tools:  # the root's /usr/local/bin is empty
             extra.append((self.tools.bin, pyxis.EPILOG_BIN))
+        if self.tools and self.docker:  # the root's /run is a tmpfs of its own
+            extra.append((self.docker, pyxis.DOCKER_SOCKET))
         return [*net, *self._enter([*extra, *binds], node), *env]
 
     def slurmdbd_env(self) -> list[str]:
