@@ -81,6 +81,10 @@ def test_the_dry_run_script_runs_the_rendered_launch_line(reframe_venv, tmp_path
     assert found == [rendered[0], f"--cpus-per-task={plan.cpus_per_task}", *rendered[1:]]
     if site.container.runtime == "pyxis":
         assert any(word.startswith("--container-image=") for word in found)
+        # the doctor's node check (enroot asked on each node), as the Plan's own script has it
+        check = [line for line in ours.splitlines() if line.endswith(" || true")]
+        assert len(check) == 1 and "enroot-nodes.txt" in check[0], ours
+        assert check[0] in script.splitlines(), script
     assert "#SBATCH --no-requeue" in script.splitlines()
     # the check's time limit is the Plan's (the doctor's 10 minutes, or a shorter partition's)
     times = [o.split("=", 1)[1] for o in _directives(script) if o.startswith("--time=")]

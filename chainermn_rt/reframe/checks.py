@@ -30,6 +30,7 @@ from reframe.core.builtins import (
     variable,
 )
 
+from chainermn_rt.doctor import node_check
 from chainermn_rt.doctor.check import FAIL
 from chainermn_rt.doctor.cluster import BANDWIDTH_FACTOR
 from chainermn_rt.doctor.job import collect, doctor_plan, expected
@@ -95,6 +96,9 @@ class ChainermnRtDoctor(_ChainermnRtCheck):
 
     @sanity_function
     def no_check_fails(self):
+        broken = node_check.broken(self.reports)  # a node whose enroot cannot run (pyxis)
+        if broken:
+            return sn.assert_false(broken, msg="doctor: " + "; ".join(broken.values()))
         checks = collect(self.reports, expected(self.site, self.job_plan))
         failed = [f"{c.name}: {c.reason}" for c in checks if c.status == FAIL]
         return sn.assert_false(failed, msg="doctor: " + "; ".join(failed))

@@ -20,8 +20,9 @@
 
 The Plan's other ``#SBATCH`` options (``--mem``, account, qos, the profile's ``[sbatch]``)
 become the job's options; the prerun commands load its modules (as the Plan's own script,
-``slurm/templates/modules.sh.j2``), then export its environment (after the modules, as there):
-a check runs what ``submit`` runs.
+``slurm/templates/modules.sh.j2``), then export its environment (after the modules, as there),
+then run the doctor's node check where it has one (job.sh.j2's): a check runs what ``submit``
+runs.
 """
 
 from __future__ import annotations
@@ -54,11 +55,12 @@ class JobFields:
     env_vars: dict[str, str]  # values already shell-quoted
     options: tuple[str, ...]  # #SBATCH options, values quoted as the job script's own
     modules: tuple[str, ...]  # shell lines: the Plan's modules loaded
+    node_check: tuple[str, ...] = ()  # the doctor's bare step before the ranks' (pyxis)
 
     @property
     def prerun_cmds(self) -> tuple[str, ...]:
         return (*self.modules, *(f"export {name}={value}"
-                                 for name, value in self.env_vars.items()))
+                                 for name, value in self.env_vars.items()), *self.node_check)
 
     def argv(self) -> list[str]:
         """The step's srun line as argv, as the job script runs it."""
@@ -79,4 +81,6 @@ def job_fields(plan: Plan) -> JobFields:
         env_vars={name: sh(value, name) for name, value in plan.environment},
         options=tuple(f"--{key}" if value is None else f"--{key}={directive(value)}"
                       for key, value in plan.sbatch if key not in REFRAME_WRITES),
-        modules=tuple(render(plan, "modules.sh.j2").splitlines()) if plan.modules else ())
+        modules=tuple(render(plan, "modules.sh.j2").splitlines()) if plan.modules else (),
+        node_check=(f"{sh_join(plan.node_check.argv)} > {sh(plan.node_check.output)} || true",)
+        if plan.node_check else ())
