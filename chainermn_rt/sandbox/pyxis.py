@@ -10,8 +10,9 @@
 - ``STATE/etc/enroot``: enroot's configuration folder as sites keep it (the install's hooks,
   mounts and environment, ``50-slurm-pmi.sh`` enabled), bound over the install's ``etc/enroot``
   in each node's mount namespace (enroot reads the folder it was built with). Its
-  ``enroot.conf`` (its import's temporary SquashFS uncompressed) puts every user's runtime, cache and data folders on the node's own scratch
-  (LOCAL: the profile's ``local_scratch``, each node's ``STATE/scratch/NODE``) with ``${UID}``;
+  ``enroot.conf`` (its import's temporary SquashFS uncompressed) puts every user's runtime,
+  cache and data folders on the node's own scratch (LOCAL: the profile's ``local_scratch``,
+  each node's ``STATE/scratch/NODE``) with ``${UID}``;
   its ``mounts.d`` brings the sandbox's TaskProlog into every container (Slurm runs it inside).
   On the debian13 stack there is no TaskProlog: Slurm 24.11 runs it through slurmstepd, which
   would have to be in the container with its libraries and a glibc as new as the nodes'
@@ -63,8 +64,8 @@ PER_USER = {"ENROOT_RUNTIME_PATH": "runtime", "ENROOT_CACHE_PATH": "cache",
             "ENROOT_DATA_PATH": "data"}
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EPILOG_BIN = Path("/usr/local/bin")  # the first folder of the PATH of pyxis's job epilog
-DOCKER_SOCKET = Path("/run/docker.sock")
-SQUASH_OPTIONS = "-noI -noD -noF -noX -no-duplicates"  # mksquashfs's: no compression  # in each node: the docker CLI's default
+DOCKER_SOCKET = Path("/run/docker.sock")  # in each node: the docker CLI's default
+SQUASH_OPTIONS = "-noI -noD -noF -noX -no-duplicates"  # mksquashfs's: no compression
 OVERLAY = 'mount -t overlay overlay -o "lowerdir=$0:$1" "$1" && shift && exec "$@"'
 
 
