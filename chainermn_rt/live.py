@@ -27,13 +27,17 @@ def _time(text: str, where: str) -> int | None:
         raise EnvironmentProblem(str(err)) from None
 
 
-def compare(site: Site, slurm: Slurm) -> list[str]:
+def compare(site: Site, slurm: Slurm, notes: list[str] | None = None) -> list[str]:
     """Every difference between the profile and Slurm's view, one line each; an
     EnvironmentProblem naming the node or partition and the field where Slurm's answer is not a
-    value at all."""
+    value at all. ``notes`` gets a line for each node left unchecked (enroot is asked only on
+    nodes a step reaches)."""
+    notes = [] if notes is None else notes
+    asks = RUNTIMES[site.container.runtime].command == "enroot"
     diffs: list[str] = []
     partitions, nodes = slurm.listing("partition"), slurm.listing("node")
     probe: dict[str, list[str]] = {}  # partition -> its nodes no other partition probes
+    unasked: set[str] = set()
     for p in site.partitions:
         live = partitions.get(p.name)
         if live is None:
@@ -60,6 +64,10 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
             usable = not any(w in node.get("State", "") for w in _UNUSABLE)
             if usable and not any(name in v for v in probe.values()):
                 probe.setdefault(p.name, []).append(name)
+            elif not usable and asks and name not in unasked:
+                unasked.add(name)
+                notes.append(f"{at}: {message_value(node.get('State', ''))}: enroot not asked "
+                             "(no step reaches it)")
             cpus = whole(node, "CPUTot", MAX_CPUS_PER_NODE, at)
             try:
                 gpus = gres_gpus(node.get("Gres", ""))
@@ -88,7 +96,7 @@ def compare(site: Site, slurm: Slurm) -> list[str]:
         if site.srun_mpi not in listed:
             diffs.append(f"srun_mpi {site.srun_mpi!r}: not among srun --mpi=list's plugins "
                          f"({', '.join(listed)})")
-    if RUNTIMES[site.container.runtime].command == "enroot":
+    if asks:
         check_enroot(slurm, probe)
     return diffs
 

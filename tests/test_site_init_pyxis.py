@@ -76,11 +76,18 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
     data = (scratch.node_folder(sandbox_pyxis.settings, "node2") / "enroot" / "data"
             / f"user-{os.getuid()}")
     aside = data.with_name(data.name + ".aside")
+    # the healthy check's step may still be ending on node2 (its pyxis epilog): the live check
+    # probes only nodes a step reaches, so node2 is idle first (a fresh-clone run once found
+    # node2's broken enroot unseen: "live: matches the cluster")
+    _resume_node2(sandbox_pyxis)
+    states = sandbox_pyxis.slurm.run(["sinfo", "-h", "-N", "-o", "%N %T %E"]).stdout
+    assert "node2 idle " in states + " ", states
     if data.exists():
         data.rename(aside)
     data.write_text("")
     try:
         broken = _chainermn_rt(env, "site", "check", str(profile), "--live")
+        states = sandbox_pyxis.slurm.run(["sinfo", "-h", "-N", "-o", "%N %T %E"]).stdout
         _resume_node2(sandbox_pyxis)
         start = time.monotonic()
         doctor = _chainermn_rt(env, "doctor", "--site", str(profile), "--nodes", "2",
@@ -95,11 +102,22 @@ def test_site_init_on_the_pyxis_sandbox_writes_a_profile_whose_steps_run(sandbox
     mkdir = "node2: enroot cannot run: enroot info failed: mkdir: "
     for proc, command in ((broken, "site"), (doctor, "doctor")):
         print(proc.stderr, end="")
-        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert proc.returncode == 3, proc.stdout + proc.stderr + f"\nsinfo after: {states}"
         assert proc.stderr.startswith(f"chainermn-rt {command}: error: {mkdir}"), proc.stderr
         assert f"enroot/data/user-{os.getuid()}" in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1, proc.stderr
     assert (tmp_path / "bad.txt").read_text() == "node2\n"
+    # a drained node is not asked, and the check says so rather than only "matches"
+    sandbox_pyxis.slurm.run(["scontrol", "update", "NodeName=node2", "State=DRAIN",
+                             "Reason=test"])
+    try:
+        drained = _chainermn_rt(env, "site", "check", str(profile), "--live")
+    finally:
+        sandbox_pyxis.slurm.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    said = [line for line in drained.stdout.splitlines() if line.startswith("not checked")]
+    assert len(said) == 1 and said[0].startswith("not checked: node node2: IDLE+DRAIN") \
+        and said[0].endswith(": enroot not asked (no step reaches it)"), drained.stdout
     step = subprocess.run(
         ["srun", "--partition=cpu", "-N2", "--ntasks-per-node=1", "--mpi=pmix", "--time=2",
          f"--container-image={image}", "sh", "-c",
@@ -115,8 +133,10 @@ def _resume_node2(sb) -> None:
     there, and Slurm drains node2 as it would a cluster's node: once its epilog is over,
     resumed as an admin would."""
     deadline = time.monotonic() + 120
-    while "completing" in (state := sb.slurm.run(["sinfo", "-h", "-n", "node2", "-o", "%T"]
-                                                 ).stdout) and time.monotonic() < deadline:
+    # "completing": its epilog runs; a trailing "*": not responding to slurmctld for a while
+    while ("completing" in (state := sb.slurm.run(["sinfo", "-h", "-n", "node2", "-o", "%T"]
+                                                  ).stdout) or "*" in state) \
+            and time.monotonic() < deadline:
         time.sleep(0.5)
     if "drain" in state:
         sb.slurm.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
