@@ -37,8 +37,7 @@ def with_check(plan: Plan, out: Path) -> Plan:
 
 def broken(out: Path) -> dict[str, str]:
     """Each node whose enroot cannot run, as the node check wrote it in ``out``, and its line;
-    none
-    where it wrote nothing readable (the job's table tells the rest). A node whose enroot the
+    none where it wrote nothing readable (the job's table tells the rest). A node whose enroot the
     task's PATH does not find is left out: slurmstepd's own PATH, which pyxis uses, may find it
     (its environment is the user's to read only as root)."""
     try:
