@@ -17,11 +17,17 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from chainermn_rt.errors import UserError
+from chainermn_rt.errors import UserError, message_value
 
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
+# What Slurm's gres/gpu plugin sets with CUDA_VISIBLE_DEVICES, first found first: the node's
+# own indices of the GPUs it gave the step (every task of an srun step given GPUs; 22.05 and
+# 24.11 alike) or the job (the batch step), in CUDA_VISIBLE_DEVICES's order. Under cgroup
+# ConstrainDevices=yes CUDA_VISIBLE_DEVICES is renumbered from 0 and these alone name the GPUs.
+GPU_LIST_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 # An index, or a GPU/MIG UUID; CUDA ignores everything from the first other entry on.
 _ENTRY = re.compile(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+")
+_INDEX = re.compile(r"[0-9]{1,9}")
 
 
 def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str] | None:
@@ -41,6 +47,38 @@ def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str] | None:
             break
         entries.append(item)
     return entries
+
+
+def physical_gpu(device: int, environ: Mapping[str, str] | None = None) -> str:
+    """The node's own name of this process's CUDA ordinal ``device`` (as a slot's ``gpu``):
+
+    - Slurm's list of the node's GPU indices (:data:`GPU_LIST_VARIABLES`: ``SLURM_STEP_GPUS``
+      in an srun step, else ``SLURM_JOB_GPUS``), its entry at ``device``: Slurm writes it in
+      ``CUDA_VISIBLE_DEVICES``'s order, which under cgroup ``ConstrainDevices=yes`` is
+      renumbered from 0 and so names the wrong GPU;
+    - else ``CUDA_VISIBLE_DEVICES``'s entry at ``device`` (an index or a UUID);
+    - else ``device`` (every GPU of the node visible).
+
+    A malformed Slurm list (not comma-separated integers >= 0, or without an entry at
+    ``device``) is a ``UserError`` naming it, not ignored: a rank bound by a guess would run on
+    another GPU's NUMA node, CPUs and NIC, unseen.
+
+    >>> physical_gpu(0, {"SLURM_STEP_GPUS": "5", "CUDA_VISIBLE_DEVICES": "0"})
+    '5'
+    >>> physical_gpu(1, {"CUDA_VISIBLE_DEVICES": "3,1"}), physical_gpu(1, {})
+    ('1', '1')
+    """
+    env = os.environ if environ is None else environ
+    name = next((n for n in GPU_LIST_VARIABLES if env.get(n, "").strip()), None)
+    if name is None:
+        visible = visible_gpus(env)
+        return visible[device] if visible else str(device)
+    entries = [item.strip() for item in env[name].split(",")]
+    if device >= len(entries) or not all(_INDEX.fullmatch(e) for e in entries):
+        raise UserError(f"environment variable {name}={message_value(env[name], quote=True)}; "
+                        "allowed: the node's GPU indices, comma-separated integers >= 0, one "
+                        f"per visible GPU (here at least {device + 1}), as Slurm sets it")
+    return str(int(entries[device]))
 
 
 def count_gpu_devices(dev: str = "/dev") -> int:

@@ -214,8 +214,7 @@ def _launch(site: Site, req: Request, runtime: str, tasks_per_node: int,
             *pyxis_flags)
 
 
-def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int
-                 ) -> tuple[tuple[str, str], ...]:
+def _environment(site: Site, req: Request, part: Partition) -> tuple[tuple[str, str], ...]:
     env = dict(site.environment)
     if site.socket_ifname:
         for name in ("NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include",
@@ -232,7 +231,9 @@ def _environment(site: Site, req: Request, part: Partition, tasks_per_node: int
     if site.metrics_textfile_dir:
         env.setdefault(METRICS_DIR_VAR, site.metrics_textfile_dir)
     env.update(model)
-    env[SLOTS_VAR] = dump_slots(part.topology.slots[:tasks_per_node])
+    # every slot of the node, however few ranks run: a rank finds its GPU's slot (Slurm may
+    # give the job any of the node's GPUs), and NCCL_IB_HCA lists every HCA of the node
+    env[SLOTS_VAR] = dump_slots(part.topology.slots)
     if req.per_rank_logs:
         env[RANK_LOG_VAR] = RANK_LOG_PATTERN
     return tuple(env.items())
@@ -268,7 +269,7 @@ def make_plan(site: Site, req: Request) -> Plan:
     req = checked(req, part, site.slurm_release)
     tasks_per_node, gpus = _tasks(site, part, req)
     site.mpi.check_launch(req.launcher or site.launcher, site.srun_mpi)
-    environment = _environment(site, req, part, tasks_per_node)
+    environment = _environment(site, req, part)
     stop, timeline = stop_of(site), Timeline() if req.timeline else None
     runtime, container, pyxis_flags = _container(
         site, req, part, (part.local_scratch if req.stage else None, site.metrics_textfile_dir,

@@ -5,8 +5,11 @@ launcher's variables (:class:`~chainermn_rt.job_env.JobEnvironment`) and the nod
 (``CHAINERMN_RT_SLOTS``, written into the script by the Plan) it
 
 1. picks the rank's GPU with :func:`~chainermn_rt.devices.choose_device` (the same call
-   ``chainermn_rt.setup()`` makes, so the two never disagree) and the slot of that physical GPU;
-   every GPU of the node stays visible, for NCCL's CUDA IPC;
+   ``chainermn_rt.setup()`` makes, so the two never disagree) and the slot of that physical GPU
+   (:func:`~chainermn_rt.devices.physical_gpu`: Slurm's ``SLURM_STEP_GPUS`` where set, as
+   ``CUDA_VISIBLE_DEVICES`` may be renumbered from 0); the table lists every slot of the node,
+   so a job given any of its GPUs finds its own; every GPU the job got stays visible, for
+   NCCL's CUDA IPC;
 2. binds CPUs to the slot's CPU list (within what the launcher allows) and, with numactl,
    memory to its NUMA node;
 3. sets ``UCX_NET_DEVICES`` to the slot's HCAs (MPI's traffic leaves by the rank's nearest
@@ -36,7 +39,7 @@ from pathlib import Path
 
 from chainermn_rt import abort_on_error
 from chainermn_rt.bind_check import in_rank
-from chainermn_rt.devices import VISIBLE_VAR, choose_device, visible_gpus
+from chainermn_rt.devices import VISIBLE_VAR, choose_device, physical_gpu
 from chainermn_rt.errors import UserError, print_line
 from chainermn_rt.job_env import JobEnvironment, shown
 from chainermn_rt.rank_contract import (
@@ -67,8 +70,7 @@ def _slot_of(slots: Sequence[Slot], job: JobEnvironment, device: int | None,
              environ: Mapping[str, str]) -> Slot:
     """The slot of the physical GPU this rank uses; by local rank where GPUs aren't numbered."""
     if device is not None:
-        visible = visible_gpus(environ)
-        physical = visible[device] if visible else str(device)
+        physical = physical_gpu(device, environ)
         for slot in slots:
             if str(slot.gpu) == physical:
                 return slot

@@ -518,6 +518,9 @@ def test_rank_facts_follow_the_per_rank_step():
     assert found["versions"]["chainer"] == "7.8.1" and found["versions"]["cupy"] is None
     assert found["mpi"] is None and found["errors"] == []
     json.dumps(found)  # JSON-ready
+    # Slurm's list of the node's GPU indices names the GPU, as in the per-rank step
+    swapped = facts.rank_facts(env | {"SLURM_STEP_GPUS": "1,0"})
+    assert (swapped["gpu"]["physical"], swapped["slot"]) == ("0", slots[0].to_json())
 
 
 def test_a_rank_the_slot_table_cannot_place_says_why():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from chainermn_rt.devices import choose_device, count_gpu_devices, visible_gpus
+from chainermn_rt.devices import choose_device, count_gpu_devices, physical_gpu, visible_gpus
 from chainermn_rt.errors import UserError
 
 CVD = "CUDA_VISIBLE_DEVICES"
@@ -63,6 +63,28 @@ def test_more_local_ranks_than_gpus_is_an_error(environ, gpu_count):
 def test_local_rank_out_of_range():
     with pytest.raises(UserError, match="local rank 2 is outside 0..1"):
         choose_device(2, 2, {CVD: "0,1"})
+
+
+@pytest.mark.parametrize("device, environ, expected", [
+    (0, {"SLURM_STEP_GPUS": "5", CVD: "0"}, "5"),          # ConstrainDevices=yes renumbers
+    (1, {"SLURM_STEP_GPUS": "2, 6", CVD: "0,1"}, "6"),
+    (0, {"SLURM_JOB_GPUS": "07", CVD: "0"}, "7"),          # the batch step's
+    (1, {"SLURM_STEP_GPUS": "", CVD: "3,1"}, "1"),         # empty: as unset
+    (0, {CVD: "GPU-8f6a1c2e-0000"}, "GPU-8f6a1c2e-0000"),
+    (2, {}, "2"),
+])
+def test_physical_gpu(device, environ, expected):
+    assert physical_gpu(device, environ) == expected
+
+
+@pytest.mark.parametrize("name, value", [
+    ("SLURM_STEP_GPUS", "5,x"), ("SLURM_STEP_GPUS", "0"), ("SLURM_JOB_GPUS", "-1,2"),
+    ("SLURM_STEP_GPUS", "9" * 12),
+])
+def test_a_malformed_slurm_gpu_list_names_the_variable(name, value):
+    with pytest.raises(UserError, match=rf"^environment variable {name}=.*; allowed: the node's "
+                                        r"GPU indices.*here at least 2"):
+        physical_gpu(1, {name: value, CVD: "0,1"})
 
 
 def test_count_gpu_devices(tmp_path):

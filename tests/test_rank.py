@@ -40,6 +40,48 @@ def test_slot_follows_the_physical_gpu(local, tasks, visible, gpu, device):
     assert b.env == {"UCX_NET_DEVICES": f"mlx5_{gpu // 2}:1", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"}
 
 
+# dgx-h100's shape: GPUs 0-3 on NUMA node 0, 4-7 on 1, one HCA each
+DGX = [Slot(gpu=g, numa=g // 4, cpus=f"{14 * g}-{14 * g + 13}", hcas=(f"mlx5_{h}:1",))
+       for g, h in enumerate((0, 3, 4, 5, 6, 9, 10, 11))]
+DGX_HCAS = "=" + ",".join(s.hcas[0] for s in DGX)
+
+
+def test_one_rank_given_gpu_5_under_constrain_devices_binds_to_gpu_5():
+    """ConstrainDevices=yes: CUDA_VISIBLE_DEVICES=0 inside the step, SLURM_STEP_GPUS=5."""
+    b = binding(DGX, _slurm(0, 1, "0") | {"SLURM_STEP_GPUS": "5"})
+    assert (b.slot.gpu, b.slot.numa, b.device, b.cpus) == (5, 1, 0, list(range(70, 84)))
+    assert b.env == {"UCX_NET_DEVICES": "mlx5_9:1", "NCCL_IB_HCA": DGX_HCAS}
+
+
+@pytest.mark.parametrize("local, gpu, hca", [(0, 2, "mlx5_4:1"), (1, 6, "mlx5_10:1")])
+def test_two_ranks_given_gpus_2_and_6_bind_to_them(local, gpu, hca):
+    b = binding(DGX, _slurm(local, 2, "0,1") | {"SLURM_STEP_GPUS": "2,6"})
+    assert (b.slot.gpu, b.device, b.env["UCX_NET_DEVICES"]) == (gpu, local, hca)
+
+
+def test_the_batch_steps_gpu_list_when_the_step_has_none():
+    """mpirun from the batch shell: SLURM_JOB_GPUS; SLURM_STEP_GPUS first where both are set."""
+    assert binding(DGX, _slurm(0, 1, "0") | {"SLURM_JOB_GPUS": "7"}).slot.gpu == 7
+    both = {"SLURM_STEP_GPUS": "3", "SLURM_JOB_GPUS": "3,4"}
+    assert binding(DGX, _slurm(0, 1, "0") | both).slot.gpu == 3
+
+
+def test_without_slurms_gpu_list_cuda_visible_devices_names_the_gpu():
+    assert binding(DGX, _slurm(0, 1, "5")).slot.gpu == 5
+    assert binding(DGX, _slurm(1, 2, "4,7")).slot.gpu == 7
+
+
+@pytest.mark.parametrize("value", ["5,x", "-1", "GPU-5", "5;6", "1,,2", " ", "²", "2"])
+def test_a_malformed_slurm_gpu_list_is_one_clear_error(value):
+    env = _slurm(1, 2, "0,1") | {"SLURM_STEP_GPUS": value}
+    if not value.strip():  # empty: as unset
+        assert binding(DGX, env).slot.gpu == 1
+        return
+    with pytest.raises(UserError, match=r"^environment variable SLURM_STEP_GPUS=.*; allowed: "
+                                        r"the node's GPU indices, comma-separated integers"):
+        binding(DGX, env)  # "2": no entry for the rank's device 1
+
+
 def test_nccl_sees_the_same_hcas_on_every_rank_of_a_node():
     seen = {binding(SLOTS, _slurm(local, 4, "0,1,2,3")).env["NCCL_IB_HCA"] for local in range(4)}
     assert seen == {"=mlx5_0:1,mlx5_1:1"}

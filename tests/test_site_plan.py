@@ -11,7 +11,7 @@ import pytest
 from chainermn_rt.errors import UserError
 from chainermn_rt.job_request import Request
 from chainermn_rt.plan import make_plan
-from chainermn_rt.rank_contract import SLOTS_VAR, parse_cpu_list
+from chainermn_rt.rank_contract import SLOTS_VAR, dump_slots, parse_cpu_list
 from chainermn_rt.site import load_site, parse_site
 
 from conftest import REPO
@@ -47,6 +47,14 @@ def test_dgx_plan_maps_ranks_to_gpus_numa_and_hcas():
 def test_fewer_gpus_use_the_first_slots_and_keep_cpus_per_gpu():
     plan = make_plan(_site("quad-gpu"), Request(nodes=1, gpus_per_node=2, command=("x",)))
     assert (plan.tasks_per_node, plan.cpus_per_task) == (2, 8)
+
+
+def test_one_gpu_per_node_carries_every_slot_of_the_node():
+    """Slurm may give the job any GPU (e.g. GPU 5): its rank must find that GPU's slot."""
+    site = _site("dgx-h100")
+    plan = make_plan(site, Request(nodes=2, gpus_per_node=1, command=("x",)))
+    assert plan.tasks_per_node == 1
+    assert dict(plan.environment)[SLOTS_VAR] == dump_slots(site.partition(None).topology.slots)
 
 
 def test_request_env_overrides_profile_and_socket_ifname_fills_nccl_and_ompi():

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
-from chainermn_rt.devices import VISIBLE_VAR, count_gpu_devices, visible_gpus
+from chainermn_rt.devices import VISIBLE_VAR, count_gpu_devices, physical_gpu, visible_gpus
 from chainermn_rt.errors import UserError
 from chainermn_rt.files import read_small
 from chainermn_rt.job_env import JobEnvironment
@@ -111,12 +111,12 @@ def library_versions() -> dict[str, str | None]:
 
 
 def gpu_facts(device: int | None, environ: Mapping[str, str]) -> dict | None:
-    """The GPU this rank uses: its index in the process, the node's index (from
-    CUDA_VISIBLE_DEVICES); where CuPy sees it (``cuda``), its UUID and NUMA node (sysfs)."""
+    """The GPU this rank uses: its index in the process, the node's index (as the per-rank
+    step finds it: :func:`physical_gpu`); where CuPy sees it (``cuda``), its UUID and NUMA node
+    (sysfs)."""
     if device is None:
         return None
-    visible = visible_gpus(environ)
-    found = {"device": device, "physical": visible[device] if visible else str(device),
+    found = {"device": device, "physical": physical_gpu(device, environ),
              "cuda": False, "uuid": None, "numa": None}
     try:
         import cupy

@@ -29,7 +29,7 @@ export OMPI_MCA_btl=self,vader,tcp
 export NCCL_SOCKET_IFNAME=eth0
 export OMPI_MCA_btl_tcp_if_include=eth0
 export OMPI_MCA_oob_tcp_if_include=eth0
-export CHAINERMN_RT_SLOTS='[{"gpu":null,"numa":0,"cpus":"0-31","hcas":[]}]'
+export CHAINERMN_RT_SLOTS='[{"gpu":null,"numa":0,"cpus":"0-31","hcas":[]},{"gpu":null,"numa":1,"cpus":"32-63","hcas":[]}]'
 
 # One rank per slot; `chainermn-rt rank` binds each rank's CPUs, memory and HCA, then runs the command.
 mpirun --bind-to none --map-by ppr:1:node \

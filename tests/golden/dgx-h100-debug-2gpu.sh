@@ -26,7 +26,7 @@ export NCCL_CROSS_NIC=0
 export NCCL_SOCKET_IFNAME=enp25s0np0
 export OMPI_MCA_btl_tcp_if_include=enp25s0np0
 export OMPI_MCA_oob_tcp_if_include=enp25s0np0
-export CHAINERMN_RT_SLOTS='[{"gpu":0,"numa":0,"cpus":"0-13","hcas":["mlx5_0:1"]},{"gpu":1,"numa":0,"cpus":"14-27","hcas":["mlx5_3:1"]}]'
+export CHAINERMN_RT_SLOTS='[{"gpu":0,"numa":0,"cpus":"0-13","hcas":["mlx5_0:1"]},{"gpu":1,"numa":0,"cpus":"14-27","hcas":["mlx5_3:1"]},{"gpu":2,"numa":0,"cpus":"28-41","hcas":["mlx5_4:1"]},{"gpu":3,"numa":0,"cpus":"42-55","hcas":["mlx5_5:1"]},{"gpu":4,"numa":1,"cpus":"56-69","hcas":["mlx5_6:1"]},{"gpu":5,"numa":1,"cpus":"70-83","hcas":["mlx5_9:1"]},{"gpu":6,"numa":1,"cpus":"84-97","hcas":["mlx5_10:1"]},{"gpu":7,"numa":1,"cpus":"98-111","hcas":["mlx5_11:1"]}]'
 
 # On SIGUSR2 (time limit or preemption) a program using chainermn_rt.resumable writes a
 # snapshot and stops; then the job is requeued and resumes from it (docs/reliability.md).

@@ -23,7 +23,7 @@ export OMPI_MCA_btl=self,vader,tcp
 export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export CHAINERMN_RT_SLOTS='[{"gpu":0,"numa":0,"cpus":"0","hcas":["sbx_ib0:1"]},{"gpu":1,"numa":0,"cpus":"1","hcas":["sbx_ib1:1"]}]'
+export CHAINERMN_RT_SLOTS='[{"gpu":0,"numa":0,"cpus":"0","hcas":["sbx_ib0:1"]},{"gpu":1,"numa":0,"cpus":"1","hcas":["sbx_ib1:1"]},{"gpu":2,"numa":0,"cpus":"0","hcas":["sbx_ib0:1"]},{"gpu":3,"numa":0,"cpus":"1","hcas":["sbx_ib1:1"]}]'
 
 # On SIGUSR2 (time limit or preemption) a program using chainermn_rt.resumable writes a
 # snapshot and stops; then the job is requeued and resumes from it (docs/reliability.md).
