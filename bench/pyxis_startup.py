@@ -1,27 +1,34 @@
 """How long a step takes to start its ranks under pyxis, against Apptainer and bare metal, on
-the debian13 stack's pyxis sandbox (slurm/sites/sandbox-pyxis-debian13.toml with N nodes, as
-bench/sandbox_costs.py makes sandboxes of N nodes), 1 rank per node (issue 41, item 4).
+a pyxis sandbox (``--stack debian13``: slurm/sites/sandbox-pyxis-debian13.toml, Apptainer and
+the dockerd there too; ``--stack debian12``: sandbox-pyxis.toml) with N nodes, as
+bench/sandbox_costs.py makes sandboxes of N nodes, 1 rank per node (issue 41, item 4).
 
 One sandbox per node count; in it one batch job runs every configuration's steps, interleaved
 round by round (the same run: ratios, not absolute seconds, are what carries over):
 
-- ``bare``: ``srun --mpi=pmix python3 -c PROG`` (the root's Python 3.13);
-- ``sif``: the same through ``apptainer exec X.sif python3`` (the cpu image's SIF);
+- ``bare``: ``srun --mpi=pmix python3 -c PROG`` (debian13: the root's Python 3.13; debian12:
+  the checkout's virtual environment, whose Chainer, mpi4py and Open MPI 4.1 are the image's
+  versions);
+- ``sif`` (debian13 only): the same through ``apptainer exec X.sif python3`` (the cpu image's
+  SIF);
 - ``sqsh``: ``--container-image=X.sqsh`` (``make sqfs``'s SquashFS, unnamed: pyxis starts it
   on the file mounted by squashfuse, every step alike);
 - ``named``: ``--container-name=bench`` made from the SquashFS by round 0's step (enroot
   unpacks it on every node), reused by the later rounds' steps;
-- ``dockerd`` (at ``--dockerd-nodes`` only: each node imports the image, ~30 s of CPU here):
+- ``dockerd`` (debian13, at ``--dockerd-nodes`` only: each node imports the image, ~30 s of
+  CPU here):
   round 0 ``--container-image=dockerd://TAG --container-name=dk`` (what the Plan writes for a
   registry's image: ``enroot import`` from the sandbox's dockerd, then ``create``), the later
   rounds reuse ``dk``.
 
-A step's start: from just before ``srun`` to the last rank's first Python line (PROG prints
-``time.time()``); round 0 is the "first step", the median of the later rounds the "later
-step". pyxis's own log lines on every node (slurmd's log: importing/imported, creating,
-"completed container setup in N ms", starting) split the dockerd step into import and create.
-As root (the sandbox's dockerd socket is root's). ``python -m bench.pyxis_startup --nodes
-1,2,4,8,16 --out bench/pyxis_startup.json``.
+A step's start: from just before ``srun`` to the last rank's ``T`` line. ``--program
+first-line`` (PROG): the rank's first Python line, the container's own cost and nothing else;
+``--program ready`` (READY): ChainerMN's ``create_communicator`` and one allreduce done, what a
+training step waits for (on debian13 without ``bare``: its root has no Chainer). Round 0 is the
+"first step", the median of the later rounds the "later step". pyxis's own log lines on every
+node (slurmd's log: importing/imported, creating, "completed container setup in N ms", starting)
+split the dockerd step into import and create. As root (the sandbox's dockerd socket is root's).
+``python -m bench.pyxis_startup --nodes 1,2,4,8,16 --out bench/pyxis_startup.json``.
 """
 
 from __future__ import annotations
@@ -41,14 +48,18 @@ from chainermn_rt.arguments import Parser, integer, output_file
 from chainermn_rt.quoting import sh
 from chainermn_rt.sandbox import Sandbox
 
-SITE = "sandbox-pyxis-debian13"
+SITES = {"debian13": "sandbox-pyxis-debian13", "debian12": "sandbox-pyxis"}
 PROG = "import time; print('T', time.time(), flush=True)"
+READY = ("import time, chainermn; c = chainermn.create_communicator('naive'); "
+         "c.mpi_comm.allreduce(1); print('T', time.time(), flush=True)")
+PROGRAMS = {"first-line": PROG, "ready": READY}
 # the batch job: run each step, print one JSON line per step (the k-th srun is step k)
 DRIVER = r'''#!/usr/bin/python3
 import json, os, subprocess, sys, time
 plan = json.loads(sys.argv[1])
 # pyxis hands enroot the job's variables: the submitter's DOCKER_HOST would beat the node's
 env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+env.update(json.loads(sys.argv[2]))  # the profile's [environment]: Open MPI's settings
 for step, (name, rnd, argv) in enumerate(plan):
     t0 = time.time()
     p = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -63,16 +74,18 @@ LOG_LINE = re.compile(r"^\[(\S+)\] \[(\d+)\.(\d+)\] pyxis: (importing docker ima
                       r"(\d+) ms|starting container)")
 
 
-def steps(nodes: int, rounds: int, sqsh: Path, sif: Path, docker: str | None) -> list:
-    """(name, round, argv) in order: every configuration once per round, rotated."""
+def steps(nodes: int, rounds: int, sqsh: Path, sif: Path | None, docker: str | None,
+          python: str | None = "/usr/bin/python3", prog: str = PROG) -> list:
+    """(name, round, argv) in order: every configuration once per round, rotated; no ``sif``
+    where ``sif`` is None, no ``bare`` where ``python`` is None."""
     srun = ["srun", "--mpi=pmix", f"--nodes={nodes}", "--ntasks-per-node=1"]
     pyxis = ["--no-container-mount-home"]
-    py = ["python3", "-c", PROG]
+    py = ["python3", "-c", prog]
     out = []
     for r in range(rounds):
         configs = [
-            ("bare", [*srun, "/usr/bin/python3", "-c", PROG]),
-            ("sif", [*srun, "apptainer", "exec", str(sif), *py]),
+            *([("bare", [*srun, python, "-c", prog])] if python else []),
+            *([("sif", [*srun, "apptainer", "exec", str(sif), *py])] if sif else []),
             ("sqsh", [*srun, f"--container-image={sqsh}", *pyxis, *py]),
             ("named", [*srun, *([f"--container-image={sqsh}"] if r == 0 else []),
                        "--container-name=bench", *pyxis, *py]),
@@ -114,10 +127,10 @@ def pyxis_log(sb: Sandbox, job: str) -> dict[int, dict]:
     return {s: {k: max(v) for k, v in row.items()} for s, row in found.items()}
 
 
-def run_nodes(nodes: int, rounds: int, tmp: Path, sqsh: Path, sif: Path,
-              docker: str | None) -> dict:
+def run_nodes(nodes: int, rounds: int, tmp: Path, sqsh: Path, sif: Path | None,
+              docker: str | None, site: str, python: str, prog: str) -> dict:
     tmp.mkdir(mode=0o755)
-    sb = Sandbox.from_profile(SITE, nodes=nodes, state_dir=tmp / "state")
+    sb = Sandbox.from_profile(site, nodes=nodes, state_dir=tmp / "state")
     t = time.perf_counter()
     sb.up()
     row: dict = {"nodes": nodes, "up_s": time.perf_counter() - t,
@@ -128,9 +141,10 @@ def run_nodes(nodes: int, rounds: int, tmp: Path, sqsh: Path, sif: Path,
         driver = folder / "driver.py"
         driver.write_text(DRIVER)
         driver.chmod(0o755)
-        plan = steps(nodes, rounds, sqsh, sif, docker)
+        plan = steps(nodes, rounds, sqsh, sif, docker, python, prog)
         script = folder / "job.sh"
-        script.write_text(f"#!/bin/sh\nexec {sh(str(driver))} {sh(json.dumps(plan))}\n")
+        script.write_text(f"#!/bin/sh\nexec {sh(str(driver))} {sh(json.dumps(plan))} "
+                          f"{sh(json.dumps(sb.site.environment))}\n")
         job = sb.slurm.submit(script, [f"--nodes={nodes}", "--time=30", "--exclusive",
                                        f"--output={folder}/out.txt"], cwd=folder)
         state = sb.slurm.wait(job, timeout=1800, poll=1)
@@ -174,6 +188,7 @@ def summary(row: dict) -> dict:
         x, y = out.get(a), out.get(b)
         return x / y if x and y else None
     out["ratio_sqsh_first_vs_sif_first"] = ratio("sqsh_first_s", "sif_first_s")
+    out["ratio_sqsh_first_vs_bare_first"] = ratio("sqsh_first_s", "bare_first_s")
     out["ratio_dockerd_first_vs_sif_first"] = ratio("dockerd_first_s", "sif_first_s")
     out["ratio_named_first_vs_sif_first"] = ratio("named_first_s", "sif_first_s")
     out["ratio_sqsh_later_vs_bare_later"] = ratio("sqsh_later_s", "bare_later_s")
@@ -192,10 +207,15 @@ def docker_image(given: str | None) -> str:
 
 def main() -> int:
     parser = Parser(prog="bench.pyxis_startup", description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", choices=sorted(SITES), default="debian13",
+                        help="the sandbox's stack (debian12: no Apptainer, no dockerd://)")
+    parser.add_argument("--program", choices=sorted(PROGRAMS), default="first-line",
+                        help="what a rank runs: its first Python line, or ChainerMN's "
+                             "communicator and one allreduce (debian13: no bare metal)")
     parser.add_argument("--nodes", default="1,2,4,8,16", help="node counts, each 1-32")
     parser.add_argument("--dockerd-nodes", default="1,2",
                         help="the node counts that also import from dockerd:// (each node "
-                             "imports the image)")
+                             "imports the image; debian13 only)")
     parser.add_argument("--rounds", type=integer(2, 20), default=4,
                         help="steps per configuration (round 0: the first step)")
     parser.add_argument("--sqsh", type=Path, default=Path("build/images/chainermn-rt-cpu.sqfs"))
@@ -209,35 +229,45 @@ def main() -> int:
         dockerd = {integer(1, 32)(n) for n in args.dockerd_nodes.split(",") if n}
     except Exception as err:  # noqa: BLE001 - argparse's type errors
         parser.error(f"--nodes/--dockerd-nodes: {err}")
-    for path, what in ((args.sqsh, "--sqsh"), (args.sif, "--sif")):
+    apptainer = args.stack == "debian13"
+    if not apptainer and dockerd:
+        parser.error("--dockerd-nodes: allowed only with --stack debian13 (its nodes reach the "
+                     "dockerd); give --dockerd-nodes ''")
+    for path, what in ((args.sqsh, "--sqsh"), *(((args.sif, "--sif"),) if apptainer else ())):
         if not path.is_file():
             parser.error(f"{what}: {path} is not a file (make sqfs / make sif FLAVOR=cpu)")
     if not os.environ.get("DOCKER_HOST", "").startswith("unix://") and dockerd:
         parser.error("DOCKER_HOST: unix://SOCKET of the dockerd holding --docker-image "
                      "(python -m containers.dockerd start prints it)")
     out = output_file(args.out, "--out")
-    result: dict = {"load_before": os.getloadavg(), "stack": "debian13", "site": SITE,
-                    "rounds": args.rounds, "utc": time.strftime("%Y-%m-%d %H:%M:%S",
-                                                                time.gmtime())}
+    site = SITES[args.stack]
+    # bare metal's Python: ready's needs Chainer, which the debian13 root has not (no bare there)
+    python = sys.executable if not apptainer else (
+        "/usr/bin/python3" if args.program == "first-line" else None)
+    result: dict = {"load_before": os.getloadavg(), "stack": args.stack, "site": site,
+                    "program": args.program, "bare_python": python, "rounds": args.rounds,
+                    "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     with tempfile.TemporaryDirectory(prefix="pyxis-startup-", dir="/tmp") as tmp:
         os.chmod(tmp, 0o755)
         images = Path(tmp) / "images"  # the nodes see /tmp (not the checkout's build/)
         images.mkdir()
-        sqsh, sif = images / "cpu.sqsh", images / "cpu.sif"
+        sqsh, sif = images / "cpu.sqsh", (images / "cpu.sif" if apptainer else None)
         shutil.copyfile(args.sqsh, sqsh)
-        shutil.copyfile(args.sif, sif)
+        if sif:
+            shutil.copyfile(args.sif, sif)
         image = docker_image(args.docker_image) if dockerd else None
         result["docker_image"] = image
         rows = []
         for nodes in counts:
             row = run_nodes(nodes, args.rounds, Path(tmp) / f"n{nodes}", sqsh, sif,
-                            image if nodes in dockerd else None)
+                            image if nodes in dockerd else None, site, python,
+                            PROGRAMS[args.program])
             row["summary"] = summary(row)
             rows.append(row)
             print(json.dumps(row["summary"]), flush=True)
-        result["runs"] = rows
-    result["load_after"] = os.getloadavg()
-    out.write_text(json.dumps(result, indent=1) + "\n")
+            # after every node count: a later one that fails or runs out of time keeps these
+            result["runs"], result["load_after"] = rows, os.getloadavg()
+            out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -161,9 +161,14 @@ def cpu_sif(cpu_image, debian13_root) -> Path:
 @pytest.fixture(scope="session")
 def cpu_sqfs(cpu_image) -> Path:
     """build/images/chainermn-rt-cpu.sqfs from the suite's cpu image (`make sqfs FLAVOR=cpu`),
-    built once a session: the pyxis sandbox's jobs (tests/test_jobs_pyxis.py) run in it."""
-    require_commands("ch-convert")
-    return image_build.charliecloud("cpu", "squash")
+    built once a session: the pyxis sandbox's jobs (tests/test_jobs_pyxis.py) run in it; LZ4
+    (containers/build.py SQUASH_OPTIONS), checked with unsquashfs."""
+    require_commands("mksquashfs", "unsquashfs")
+    path = image_build.charliecloud("cpu", "squash")
+    told = subprocess.run(["unsquashfs", "-s", str(path)], capture_output=True, text=True,
+                          check=True).stdout
+    assert "Compression lz4" in told and "Block size 65536" in told, told
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -232,13 +237,13 @@ def check_decoders(engine, tag, folder: Path) -> None:
 
 @pytest.fixture(scope="session")
 def charliecloud_dir(engine, cpu_image):
-    require_commands("ch-convert", "ch-run")
+    require_commands("ch-run")
     return image_build.charliecloud("cpu", "dir")
 
 
 @pytest.fixture(scope="session")
 def charliecloud_gpu_dir(engine, gpu_image):
-    require_commands("ch-convert", "ch-run")
+    require_commands("ch-run")
     return image_build.charliecloud("gpu", "dir")
 
 

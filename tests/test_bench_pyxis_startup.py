@@ -25,6 +25,16 @@ def test_every_configuration_once_a_round_rotated_and_the_named_ones_made_in_rou
     assert [n for n, _, _ in ps.steps(1, 2, Path("/s"), Path("/f"), None)].count("dockerd") == 0
 
 
+def test_the_debian12_stack_has_no_sif_and_ready_on_debian13_no_bare_metal():
+    ready = ps.PROGRAMS["ready"]
+    plan = ps.steps(1, 2, Path("/i/c.sqsh"), None, None, "/v/bin/python", ready)
+    assert [n for n, r, _ in plan if r == 0] == ["bare", "sqsh", "named"]
+    assert {tuple(a[-3:]) for n, _, a in plan if n != "bare"} == {("python3", "-c", ready)}
+    assert [a[4:6] for n, _, a in plan if n == "bare"] == [["/v/bin/python", "-c"]] * 2
+    plan = ps.steps(1, 2, Path("/i/c.sqsh"), Path("/i/c.sif"), None, None, ready)
+    assert [n for n, r, _ in plan if r == 0] == ["sif", "sqsh", "named"]
+
+
 def test_pyxis_log_lines_give_import_and_create_per_step_the_slowest_node(tmp_path):
     (tmp_path / "log").mkdir()
     lines = {"node1": ("[2026-12-06T20:55:00.000] [7.4] pyxis: importing docker image: x\n"
@@ -58,7 +68,9 @@ def test_first_and_later_steps_and_their_ratios():
 
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path):
     for args, field in ((["--nodes", "0"], "--nodes"), (["--sqsh", str(tmp_path / "no")],
-                                                        "--sqsh")):
+                                                        "--sqsh"),
+                        (["--stack", "debian12", "--dockerd-nodes", "1"], "--dockerd-nodes"),
+                        (["--program", "hello"], "--program")):
         proc = subprocess.run([PYTHON, "-m", "bench.pyxis_startup", *args], cwd=REPO,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr
