@@ -64,20 +64,25 @@ class Binding:
     device: int | None
     cpus: list[int] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    unlisted_gpu: str | None = None  # the node's GPU no slot names (the slot: by local rank)
 
 
 def _slot_of(slots: Sequence[Slot], job: JobEnvironment, device: int | None,
-             environ: Mapping[str, str]) -> Slot:
-    """The slot of the physical GPU this rank uses; by local rank where GPUs aren't numbered."""
+             environ: Mapping[str, str]) -> tuple[Slot, str | None]:
+    """The slot of the physical GPU this rank uses; by local rank where GPUs aren't numbered,
+    or where no slot names that GPU (then also its name, for the warning)."""
+    unlisted = None
     if device is not None:
         physical = physical_gpu(device, environ)
         for slot in slots:
             if str(slot.gpu) == physical:
-                return slot
+                return slot, None
+        if any(slot.gpu is not None for slot in slots):
+            unlisted = physical
     if job.local_rank >= len(slots):
         raise UserError(f"local rank {job.local_rank} has no slot: {SLOTS_VAR} lists "
                         f"{len(slots)}; allowed: at most {len(slots)} ranks per node")
-    return slots[job.local_rank]
+    return slots[job.local_rank], unlisted
 
 
 def binding(slots: Sequence[Slot] | None, environ: Mapping[str, str]) -> Binding:
@@ -90,8 +95,8 @@ def binding(slots: Sequence[Slot] | None, environ: Mapping[str, str]) -> Binding
     device = choose_device(job.local_rank, job.local_size, environ)
     if not slots:
         return Binding(job, None, device)
-    slot = _slot_of(slots, job, device, environ)
-    return Binding(job, slot, device, slot.cpu_ids, hca_env(slots, slot, environ))
+    slot, unlisted = _slot_of(slots, job, device, environ)
+    return Binding(job, slot, device, slot.cpu_ids, hca_env(slots, slot, environ), unlisted)
 
 
 def hca_env(slots: Sequence[Slot], slot: Slot, environ: Mapping[str, str]) -> dict[str, str]:
@@ -130,6 +135,10 @@ def _rank_log(pattern: str, job: JobEnvironment, environ: Mapping[str, str]) -> 
 
 def apply(b: Binding, command: list[str], environ: dict[str, str]) -> list[str]:
     """Bind this process (inherited by COMMAND) and return the argv to exec."""
+    if b.unlisted_gpu is not None:
+        print_line(f"chainermn-rt rank: warning: GPU {b.unlisted_gpu} is in no slot of "
+                   f"{SLOTS_VAR} (the profile's topology); binding by local rank "
+                   f"{b.job.local_rank}")
     if b.cpus:
         allowed = os.sched_getaffinity(0)
         chosen = set(b.cpus) & allowed

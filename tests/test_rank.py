@@ -158,6 +158,20 @@ def test_verbose_rank_says_where_it_runs(tmp_path):
     assert proc.stdout.startswith("rank 1/2 (local 1/2) on ")
 
 
+def test_a_gpu_in_no_slot_binds_by_local_rank_and_says_so():
+    """GPU 9 on a node whose profile lists GPUs 0-7: local rank 0's slot, and one warning."""
+    b = binding(DGX, _slurm(0, 1, "0") | {"SLURM_STEP_GPUS": "9"})
+    assert (b.slot.gpu, b.unlisted_gpu) == (0, "9")
+    assert binding(DGX, _slurm(0, 1, "0") | {"SLURM_STEP_GPUS": "5"}).unlisted_gpu is None
+    env = _rank_env(**{SLOTS_VAR: dump_slots(DGX), "CUDA_VISIBLE_DEVICES": "0",
+                       "SLURM_STEP_GPUS": "9"})
+    proc = subprocess.run([sys.executable, "-m", "chainermn_rt", "rank", "--", "true"],
+                          env=env, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == (f"chainermn-rt rank: warning: GPU 9 is in no slot of {SLOTS_VAR} "
+                           "(the profile's topology); binding by local rank 0\n")
+
+
 def test_slot_table_round_trips_in_the_format_scripts_carry():
     text = '[{"gpu":null,"numa":1,"cpus":"0-1,4","hcas":[]},{"gpu":3,"numa":0,"cpus":"2",' \
            '"hcas":["mlx5_0:1","mlx5_1:1"]}]'
