@@ -128,7 +128,7 @@ def pyxis_log(sb: Sandbox, job: str) -> dict[int, dict]:
 
 
 def run_nodes(nodes: int, rounds: int, tmp: Path, sqsh: Path, sif: Path | None,
-              docker: str | None, site: str, python: str, prog: str) -> dict:
+              docker: str | None, site: str, python: str | None, prog: str) -> dict:
     tmp.mkdir(mode=0o755)
     sb = Sandbox.from_profile(site, nodes=nodes, state_dir=tmp / "state")
     t = time.perf_counter()
@@ -213,9 +213,9 @@ def main() -> int:
                         help="what a rank runs: its first Python line, or ChainerMN's "
                              "communicator and one allreduce (debian13: no bare metal)")
     parser.add_argument("--nodes", default="1,2,4,8,16", help="node counts, each 1-32")
-    parser.add_argument("--dockerd-nodes", default="1,2",
+    parser.add_argument("--dockerd-nodes", default=None,
                         help="the node counts that also import from dockerd:// (each node "
-                             "imports the image; debian13 only)")
+                             "imports the image; debian13 only; default 1,2 there)")
     parser.add_argument("--rounds", type=integer(2, 20), default=4,
                         help="steps per configuration (round 0: the first step)")
     parser.add_argument("--sqsh", type=Path, default=Path("build/images/chainermn-rt-cpu.sqfs"))
@@ -226,7 +226,9 @@ def main() -> int:
     args = parser.parse_args()
     try:
         counts = [integer(1, 32)(n) for n in args.nodes.split(",")]
-        dockerd = {integer(1, 32)(n) for n in args.dockerd_nodes.split(",") if n}
+        given = args.dockerd_nodes if args.dockerd_nodes is not None else (
+            "1,2" if args.stack == "debian13" else "")
+        dockerd = {integer(1, 32)(n) for n in given.split(",") if n}
     except Exception as err:  # noqa: BLE001 - argparse's type errors
         parser.error(f"--nodes/--dockerd-nodes: {err}")
     apptainer = args.stack == "debian13"
