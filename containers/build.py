@@ -288,7 +288,7 @@ def charliecloud_env() -> dict[str, str]:
 CH_MOUNT_DIRS = ("bin", "dev", "etc", "mnt", "proc", "usr", *(f"mnt/{i}" for i in range(10)))
 CH_MOUNT_FILES = ("etc/hosts", "etc/resolv.conf")
 # mksquashfs's options for `make sqfs`: ch-convert's 64 KiB blocks and owners, LZ4 instead of
-# its gzip. squashfuse (enroot's .sqsh steps, ch-run) decompresses every block a rank reads:
+# its gzip. squashfuse (enroot's .sqsh steps) decompresses every block a rank reads:
 # `import chainermn` from the cpu image 0.47 s with LZ4, 1.05 s with gzip, 0.44 s
 # uncompressed, 0.16 s unpacked; 178 MB against 129 MB (bench/RESULTS.md, issue 41).
 SQUASH_OPTIONS = ("-comp", "lz4", "-b", "65536", "-noappend", "-all-root", "-mkfs-time", "0",

@@ -9,10 +9,14 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
 from chainermn_rt.errors import UserError
+from chainermn_rt.job_request import Request
+from chainermn_rt.plan import make_plan
+from chainermn_rt.rank_contract import SLOTS_VAR
 from chainermn_rt.sandbox import Sandbox, netns, processes
 from chainermn_rt.sandbox.config import PMIX_TIMEOUT_S
 from chainermn_rt.sandbox.daemons import MARKER_VAR
@@ -139,6 +143,36 @@ def test_runtime_finds_local_rank_and_device(sandbox, request_, devices):
         assert r["host"] == f"node{r['rank'] // 2 + 1}"
         assert r["local_rank"] == r["rank"] % 2
         assert r["device"] == devices[r["local_rank"]], r
+
+
+def test_a_rank_given_gpu_1_binds_to_gpu_1s_slot(sandbox):
+    """A job holds node1's GPU 0; a one-GPU step there gets GPU 1 (SLURM_STEP_GPUS=1). The
+    Plan's slot table for one GPU per node and the rank step bind it to GPU 1's slot (CPU 1,
+    sbx_ib1), not the first slot's (CPU 0, sbx_ib0)."""
+    plan = make_plan(sandbox.site, Request(nodes=1, gpus_per_node=1, partition="gpu",
+                                           command=("x",)))
+    slots = dict(plan.environment)[SLOTS_VAR]
+    holder = submit_text(sandbox, job("sleep 300"), ["--partition=gpu", "--nodelist=node1",
+                                                     "--gpus-per-node=1"])
+    try:
+        deadline = time.monotonic() + 60
+        while sandbox.slurm.output(["squeue", "-h", "-j", holder, "-o", "%T"]).strip() \
+                != "RUNNING":
+            assert time.monotonic() < deadline, f"job {holder} did not start"
+            time.sleep(0.5)
+        proc = sandbox.slurm.run(["srun", "--partition=gpu", "--nodelist=node1", "--nodes=1",
+                                  "--gpus-per-node=1", "sh", "-c",
+                                  'echo "STEP_GPUS=$SLURM_STEP_GPUS"; exec "$@"', "sh", "env",
+                                  f"{SLOTS_VAR}={slots}", "CHAINERMN_RT_VERBOSE=1", PYTHON,
+                                  "-m", "chainermn_rt", "rank", "--", "true"], cwd=REPO)
+    finally:
+        sandbox.slurm.output(["scancel", holder])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "STEP_GPUS=1", proc.stdout
+    assert lines[1].endswith(": GPU 0 of CUDA_VISIBLE_DEVICES=1, CPUs 1, HCA sbx_ib1:1"), \
+        proc.stdout
+    assert "warning" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("args, message", [

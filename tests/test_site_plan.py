@@ -44,7 +44,7 @@ def test_dgx_plan_maps_ranks_to_gpus_numa_and_hcas():
     assert ("gpus-per-node", "h100:8") in plan.sbatch
 
 
-def test_fewer_gpus_use_the_first_slots_and_keep_cpus_per_gpu():
+def test_fewer_gpus_keep_cpus_per_gpu():
     plan = make_plan(_site("quad-gpu"), Request(nodes=1, gpus_per_node=2, command=("x",)))
     assert (plan.tasks_per_node, plan.cpus_per_task) == (2, 8)
 
